@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+
+from hybrid_lab.hybrid import (HybridCache, HybridConfig, MiniHybrid, chunk_boundary, reusable_prefix,
+                               serve_with_reuse, shared_prefix_len)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return MiniHybrid(HybridConfig(dtype="float64"))
+
+
+def test_prefill_equals_decode(model, rng):
+    toks = rng.integers(0, 64, 45)
+    full, cfull, _ = model.prefill(toks)
+    _, c, _ = model.prefill(toks[:20])
+    for t in toks[20:]:
+        logits, c = model.decode_step(int(t), c)
+    assert np.abs(logits - full[-1]).max() <= 1e-10
+    for a, b in zip(c.ssm, cfull.ssm):
+        assert np.abs(a - b).max() <= 1e-10
+    assert np.abs(full).max() > 0.1
+
+
+def test_sizes_fp32(rng):
+    m = MiniHybrid(HybridConfig())
+    for L, kv in ((16, 4096), (256, 65536)):
+        _, c, _ = m.prefill(rng.integers(0, 64, L))
+        assert c.kv_bytes() == kv
+        assert c.ssm_bytes() == 6144
+
+
+def test_chunk_snapshot_restore_is_exact(model, rng):
+    old = rng.integers(0, 64, 60)
+    new = np.concatenate([old[:40], rng.integers(0, 64, 20)])
+    _, cache, snaps = model.prefill(old, snapshot_at="chunks")
+    assert sorted(snaps) == [16, 32, 48]
+    ref, _, _ = model.prefill(new)
+    restored = HybridCache.from_parts(cache.kv, snaps[32], 32)
+    out, _, _ = model.prefill(new[32:], cache=restored)
+    assert np.array_equal(out, ref[32:])
+
+
+def test_two_pass_and_all_or_nothing(model, rng):
+    old = rng.integers(0, 64, 60)
+    new = np.concatenate([old[:40], (old[40:] + 1) % 64])
+    shared = shared_prefix_len(old, new)
+    assert shared == 40
+    ref, ref_cache, _ = model.prefill(new)
+    _, cache, s40 = model.prefill(old, snapshot_at=[40])
+    out, c, p = serve_with_reuse(model, new, cache, s40, shared)
+    assert p == 40 and np.abs(out - ref[40:]).max() <= 1e-10
+    out, c, p = serve_with_reuse(model, new, cache, {}, shared)
+    assert p == 0 and np.abs(out - ref).max() <= 1e-10
+    # serving the state of token 60 at token 40 gives a different (wrong) answer
+    wrong = HybridCache.from_parts(cache.kv, cache.ssm, 40)
+    bad, _, _ = model.prefill(new[40:], cache=wrong)
+    assert np.abs(bad - ref[40:]).max() > 1e-3
+
+
+def test_prefill_does_not_mutate_input_cache(model, rng):
+    _, c, _ = model.prefill(rng.integers(0, 64, 10))
+    before = c.copy()
+    model.prefill(rng.integers(0, 64, 5), cache=c)
+    model.decode_step(3, c)
+    assert c.pos == before.pos and all(np.array_equal(a, b) for a, b in zip(c.ssm, before.ssm))
+
+
+def test_reuse_rules():
+    assert reusable_prefix(800, [512]) == 512
+    assert reusable_prefix(800, [256, 512, 768, 1024]) == 768
+    assert reusable_prefix(40, [60]) == 0
+    assert chunk_boundary(40, 16) == 32
+
+
+def test_generate_is_greedy_and_deterministic(model):
+    a = model.generate(np.arange(10), 5)
+    assert a == model.generate(np.arange(10), 5) and len(a) == 5
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(d_model=30, n_heads=4), "divisible"),
+    (dict(layers=("attn", "mlp")), "layers"),
+    (dict(chunk_size=0), "chunk_size"),
+    (dict(dtype="float16"), "dtype"),
+])
+def test_bad_config(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        HybridConfig(**kw)
+
+
+def test_bad_inputs(model):
+    with pytest.raises(ValueError, match="tokens"):
+        model.prefill(np.array([[1, 2]]))
+    with pytest.raises(ValueError, match="vocab"):
+        model.prefill(np.array([1, 99]))
+    with pytest.raises(ValueError, match="snapshot_at"):
+        model.prefill(np.arange(10), snapshot_at=[11])
+    with pytest.raises(ValueError, match="pos"):
+        HybridCache.from_parts([], [], -1)
+    with pytest.raises(ValueError, match="shared"):
+        reusable_prefix(-1, [3])
+    with pytest.raises(ValueError, match="chunk_size"):
+        chunk_boundary(3, 0)

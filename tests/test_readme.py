@@ -1,0 +1,29 @@
+"""The README's two set-up commands are the ones CI runs and the ones the docs promise."""
+import re
+
+from hybrid_lab.course import repo_root
+
+ROOT = repo_root()
+
+
+def readme_commands():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section, re.S)
+
+
+def test_two_commands():
+    cmds = readme_commands()
+    assert len(cmds) == 2, cmds
+    assert "hybrid-lab open" in cmds[0] and "pytest --nbval" in cmds[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert ci[-1].strip() == readme_commands()[1].strip()
+
+
+def test_every_notebook_is_in_the_table():
+    text = (ROOT / "README.md").read_text()
+    for p in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        assert f"labs/{p.name}" in text, p.name

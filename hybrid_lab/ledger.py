@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hybrid_lab.flops7b import L7B
+
 GB = 1e9
 
 
@@ -26,7 +28,7 @@ class ModelShape:
     ssm_d_inner: int = 4096
     ssm_d_state: int = 128
     bytes_per_elem: int = 2
-    params: float = 6.5e9      # non-embedding parameters, for the 2·P·L part of prefill FLOPs (approximate)
+    params: float = L7B.params   # non-embedding parameters P, for the 2·P·L part of prefill FLOPs
 
     def __post_init__(self):
         for f in ("n_attn", "n_ssm"):
@@ -39,9 +41,13 @@ class ModelShape:
             raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
 
 
-TRANSFORMER_7B = ModelShape("Transformer 7B (32 attention layers, MHA)", n_attn=32)
-GQA_7B = ModelShape("Transformer 7B, GQA 8 KV heads", n_attn=32, n_kv_heads=8)
-HYBRID_7B = ModelShape("Hybrid 7B (4 attention + 24 SSM + 28 MLP)", n_attn=4, n_ssm=24)
+# P of each model from the parameter count in ``flops7b`` (SwiGLU MLPs of 14,336, Mamba-2 mixers, MHA).
+_P_DENSE = L7B.with_(n_attn=32, n_ssm=0, n_mlp=32).params
+TRANSFORMER_7B = ModelShape("Transformer 7B (32 attention layers, MHA)", n_attn=32, params=_P_DENSE)
+# GQA: K and V projections shrink from d×d to d×(8·128)
+GQA_7B = ModelShape("Transformer 7B, GQA 8 KV heads", n_attn=32, n_kv_heads=8,
+                    params=_P_DENSE - 32 * 2 * 4096 * (4096 - 8 * 128))
+HYBRID_7B = ModelShape("Hybrid 7B (4 attention + 24 SSM + 28 MLP)", n_attn=4, n_ssm=24, params=L7B.params)
 
 
 def _nonneg(name, v):

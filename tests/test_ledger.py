@@ -38,3 +38,10 @@ def test_bad_inputs():
         lg.ModelShape("x", n_attn=-1)
     with pytest.raises(ValueError, match="hbm_bytes"):
         lg.max_batch(M, 10, hbm_bytes=1e9, weight_bytes=2e9)
+
+
+def test_prefill_matches_flops7b_exercise4():
+    from hybrid_lab.flops7b import L7B
+    assert lg.HYBRID_7B.params == L7B.params
+    assert float(lg.prefill_flops(lg.HYBRID_7B, 500)) == float(L7B.prefill_flops(500))
+    assert round(float(lg.prefill_flops(lg.HYBRID_7B, 500)) / 1e12, 1) == 7.7

@@ -1,0 +1,138 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hybrid_lab.forecast import (SyntheticModel, candidate_mask, evaluate_selectors, forecast_logits,
+                                 forecast_loss_and_grad, init_params, make_setup, pool_fine_to_coarse,
+                                 rest_bucket_kl, rest_bucket_partition, teacher_scores, train_forecast)
+
+
+def test_seed_example_partitions_and_kl():
+    t = np.array([0.4, 0.3, 0.2, 0.1])
+    s = np.array([0.35, 0.25, 0.15, 0.25])
+    np.testing.assert_allclose(rest_bucket_partition(t, [0, 1]), [0.4, 0.3, 0.3])
+    np.testing.assert_allclose(rest_bucket_partition(s, [0, 1]), [0.35, 0.25, 0.4])
+    loss, grad = rest_bucket_kl(t, np.log(s), 2)
+    hand = 0.4 * math.log(0.4 / 0.35) + 0.3 * math.log(0.3 / 0.25) + 0.3 * math.log(0.3 / 0.4)
+    assert loss == pytest.approx(hand, abs=1e-12)
+    assert loss == pytest.approx(0.0218044, abs=1e-6)
+    np.testing.assert_allclose(grad, [-0.05, -0.05, 0.0375, 0.0625], atol=1e-12)
+
+
+def test_unnormalized_teacher_is_renormalized():
+    t = np.array([0.4, 0.3, 0.2, 0.1])
+    z = np.log([0.35, 0.25, 0.15, 0.25])
+    assert rest_bucket_kl(2 * t, z, 2)[0] == pytest.approx(rest_bucket_kl(t, z, 2)[0])   # a sum of G = 2 softmaxes
+
+
+def test_kl_is_zero_iff_partitions_match():
+    t = np.array([0.4, 0.3, 0.2, 0.1])
+    same = np.array([0.4, 0.3, 0.05, 0.25])          # same (0.4, 0.3, 0.3), rest split differently
+    assert rest_bucket_kl(t, np.log(same), 2)[0] == pytest.approx(0.0, abs=1e-14)
+    other = np.array([0.4, 0.3, 0.05, 0.26])
+    assert rest_bucket_kl(t, np.log(other / other.sum()), 2)[0] > 1e-6
+    # plain top-k renormalization would miss mass leaking into the rest bucket: ours does not
+    leak = np.array([0.04, 0.03, 0.5, 0.43])
+    assert rest_bucket_kl(t, np.log(leak), 2)[0] > 0.5
+
+
+def _fd(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += eps
+        xm[i] -= eps
+        g[i] = (f(xp) - f(xm)) / (2 * eps)
+    return g
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1000), k=st.integers(1, 6))
+def test_rest_bucket_gradient_matches_finite_differences(seed, k):
+    rng = np.random.default_rng(seed)
+    t = rng.random((3, 7)) ** 3
+    z = rng.normal(size=(3, 7))
+    mask = rng.random((3, 7)) < 0.7
+    mask[0] = False                                   # a row without candidates is ignored
+    mask[1, :2] = True
+    loss, g = rest_bucket_kl(t, z, k, mask)
+    num = _fd(lambda zz: rest_bucket_kl(t, zz, k, mask)[0], z)
+    np.testing.assert_allclose(g, num, atol=1e-7)
+    assert loss >= -1e-12
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="same shape"):
+        rest_bucket_kl(np.ones(4), np.ones(3), 2)
+    with pytest.raises(ValueError, match="k=5 is larger"):
+        rest_bucket_kl(np.ones(4), np.ones(4), 5)
+    with pytest.raises(ValueError, match="non-negative"):
+        rest_bucket_kl(-np.ones(4), np.ones(4), 2)
+    with pytest.raises(ValueError, match="shapes disagree"):
+        forecast_logits(np.ones((1, 2, 8)), np.ones((8, 2, 4)), np.ones((1, 3, 3, 4)))
+    with pytest.raises(ValueError, match="kind"):
+        teacher_scores(np.ones((1, 1, 2, 4)), np.ones((1, 64, 1, 4)), np.array([63]), kind="medium")
+
+
+def test_pool_fine_to_coarse_keeps_a_sharp_peak():
+    sf = np.zeros(99)                                 # (2, 1) grid of 100 tokens
+    sf[40] = 1.0                                      # tokens 40, 41
+    sc = pool_fine_to_coarse(sf, 5)                   # (32, 16) windows [0,32) [16,48) [32,64) [48,80) [64,96)
+    np.testing.assert_array_equal(sc, [0, 1, 1, 0, 0])
+
+
+def test_candidate_mask_excludes_future_init_and_local():
+    m = candidate_mask(np.array([500]), 30)           # blocks 6, 7 are local: tokens >= 384 excluded
+    starts = np.arange(30) * 16
+    np.testing.assert_array_equal(m[0], (starts >= 64) & (starts + 32 <= 384))
+
+
+def test_fine_teacher_preserves_the_needle_coarse_does_not():
+    model = SyntheticModel(seed=0)
+    data = model.sample(n_seq=1, T=1024, seed=3)
+    l, g = 1, 0
+    q_pos = np.arange(700, 1024, 3)
+    q = data.Q[l][:, q_pos]
+    mask = candidate_mask(q_pos, 63)[None, :, None, :]
+    hits = {}
+    for kind in ("fine", "coarse"):
+        sc = np.where(mask, teacher_scores(q, data.K[l], q_pos, kind), -np.inf)[0, :, g]   # (T, Nc)
+        best = np.argmax(sc, axis=-1) * 16                           # window start of the top position
+        target = model.perm[l, g][data.topics[0, q_pos]]
+        needles = data.needles[l][0, g][target]                      # (T, n_needles)
+        inside = (needles >= best[:, None]) & (needles < best[:, None] + 32) & (needles < q_pos[:, None] - 128)
+        hits[kind] = inside.any(-1).mean()
+    assert hits["fine"] > 0.8 and hits["fine"] > hits["coarse"] + 0.3
+
+
+def test_forecast_gradient_matches_finite_differences():
+    model = SyntheticModel(n_layers=2, D=8, Hkv=1, G=2, d=8, n_topics=4, seed=0)
+    data = model.sample(n_seq=1, T=400, seed=1, n_needles=1, span=20)
+    setup = make_setup(data, "fine", q_pos=np.arange(300, 400, 13), k=2)
+    params = init_params(model, seed=1, std=0.3)
+    loss, grads = forecast_loss_and_grad(params, setup)
+    assert loss > 0
+    for name in params:
+        def f(w, name=name):
+            p = dict(params)
+            p[name] = w
+            return forecast_loss_and_grad(p, setup)[0]
+        np.testing.assert_allclose(grads[name], _fd(f, params[name]), atol=1e-7)
+
+
+def test_training_lowers_the_loss_and_fine_teacher_beats_coarse_on_recall():
+    model = SyntheticModel(seed=0)
+    train = model.sample(n_seq=2, T=1024, seed=1)
+    test = model.sample(n_seq=2, T=1024, seed=2)
+    heads = {}
+    for kind in ("coarse", "fine"):
+        setup = make_setup(train, kind, q_pos=np.arange(512, 1024, 4))
+        params, hist = train_forecast(model, setup, steps=120, lr=0.05, show_progress=False)
+        assert hist["loss"][-1] < 0.5 * hist["loss"][0]
+        heads[kind] = params
+    res = evaluate_selectors(test, heads, np.arange(512, 1024, 8), topk=2)
+    fine, coarse = np.mean(res["fine"]["recall"]), np.mean(res["coarse"]["recall"])
+    assert fine > coarse + 0.05
+    assert np.mean(res["fine"]["error"]) < np.mean(res["coarse"]["error"])

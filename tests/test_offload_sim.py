@@ -1,0 +1,129 @@
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from hybrid_lab.offload_sim import (A100, H100, MINICPM_8B, Hardware, LayerTimes, batch_sweep, cta_sweep,  # noqa: E402
+                                    heuristic_ctas, layer_times, layer_timeline, max_batch, new_blocks,
+                                    overlapped_layer_time, replay_trace, serial_layer_time, step_time,
+                                    synthetic_trace, throughput, with_)
+from hybrid_lab import sparda_widgets as sw  # noqa: E402
+
+M = MINICPM_8B
+CTX = 131072
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 256), context=st.integers(64, 262144), ctas=st.integers(1, 100),
+       churn=st.floats(0, 1), a100=st.booleans())
+def test_overlap_never_loses_without_contention(batch, context, ctas, churn, a100):
+    hw = A100 if a100 else H100
+    t = layer_times(hw, M, batch, context, ctas, churn)
+    assert t.forecast_sel <= t.sel                   # one head per group, no softmax
+    assert t.compute_shared >= t.compute             # copy CTAs take SMs from compute
+    assert t.transfer >= t.transfer_serial           # fewer CTAs copy more slowly
+    # the same work, overlapped, with the copy at the serial speed and no contention or sync: never slower
+    ideal = LayerTimes(t.sel, t.forecast_sel, t.transfer_serial, t.transfer_serial, t.compute, t.compute, 0.0,
+                       t.new_blocks)
+    assert overlapped_layer_time(ideal) <= serial_layer_time(t) + 1e-15
+    assert overlapped_layer_time(t) == pytest.approx(t.forecast_sel + max(t.transfer, t.compute_shared) + t.sync)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(8, 256), context=st.integers(32768, 262144), a100=st.booleans())
+def test_overlap_wins_from_batch_8_with_a_good_cta_count(batch, context, a100):
+    hw = A100 if a100 else H100
+    serial = serial_layer_time(layer_times(hw, M, batch, context))
+    best = min(overlapped_layer_time(layer_times(hw, M, batch, context, c)) for c in (8, 16, 32, 64))
+    assert best <= serial
+
+
+def test_too_few_copy_ctas_can_lose_to_serial():
+    # A100 at batch 56 with the heuristic's 16 CTAs: the copy runs at a fraction of the link and exceeds compute
+    t = layer_times(A100, M, 56, 131072)
+    assert heuristic_ctas(A100, 56) == 16 and t.transfer > t.compute_shared
+    assert overlapped_layer_time(t) > serial_layer_time(t)
+
+
+def test_only_new_blocks_move():
+    np.testing.assert_array_equal(new_blocks([3, 5, 9, -1], [5, 1]), [3, 9])
+    trace = [np.array([1, 2, 3]), np.array([2, 3, 4]), np.array([2, 3, 4]), np.array([7, 8, 9])]
+    np.testing.assert_array_equal(replay_trace(trace), [3, 1, 0, 3])
+    np.testing.assert_array_equal(replay_trace(trace, always_resident=[1, 7]), [2, 1, 0, 2])
+    tr = synthetic_trace(200, 40, 6, churn=0.25, seed=0)
+    copied = replay_trace(tr)
+    assert copied[0] == 40 and (copied[1:] == 10).all()
+    # the simulator moves churn x top-k blocks per sequence, and nothing when nothing changes
+    t0 = layer_times(H100, M, 8, CTX, 16, churn=0.0)
+    t1 = layer_times(H100, M, 8, CTX, 16, churn=0.2)
+    assert t1.new_blocks == pytest.approx(0.2 * M.topk)
+    assert t0.transfer == pytest.approx(H100.launch_s) and t1.transfer > 10 * t0.transfer
+
+
+def test_paper_directions_are_reproduced():
+    # same-batch, both offloaded: SparDA beats Sparse once there is traffic to hide
+    for b in (8, 16, 64):
+        assert throughput(H100, M, b, CTX, "SparDA") > 1.1 * throughput(H100, M, b, CTX, "Sparse")
+    # capacity: offloading lets a much larger batch run; the best feasible batches differ a lot
+    assert max_batch(H100, M, CTX, "SparDA") > 4 * max_batch(H100, M, CTX, "Sparse†")
+    best = lambda meth: max(batch_sweep(H100, M, CTX, methods=(meth,))[meth])  # noqa: E731
+    assert best("SparDA") > 2 * best("Sparse†")
+    # small batch: the async pipeline costs a little (no-prefetch is as fast or faster) ...
+    assert throughput(H100, M, 4, CTX, "SparDA (no prefetch)") >= throughput(H100, M, 4, CTX, "SparDA")
+    # ... and with KV comfortably on the GPU, the resident path wins
+    assert throughput(H100, M, 16, 32768, "Sparse†") > throughput(H100, M, 16, 32768, "SparDA")
+    # CTA trade-off: the best CTA count grows with the batch
+    ctas = (8, 16, 32, 64)
+    grid = cta_sweep(H100, M, 32768, batches=(16, 64), ctas=ctas)
+    assert ctas[int(np.argmax(grid[0]))] < ctas[int(np.argmax(grid[1]))]
+    assert grid[0, ctas.index(16)] > grid[0, ctas.index(64)] and grid[1, ctas.index(64)] > grid[1, ctas.index(16)]
+
+
+def test_presets_capacity_and_forecast_size():
+    assert M.forecast_params == 33_554_432                        # reported: 33.5M extra parameters
+    assert 7.5e9 < M.n_layers * M.layer_params < 8.5e9
+    assert heuristic_ctas(H100, 16) == 16 and heuristic_ctas(H100, 32) == 32 and heuristic_ctas(A100, 32) == 16
+    assert throughput(H100, M, 10_000, CTX, "Sparse†") == 0.0    # OOM
+    assert H100.copy_bw(8) < H100.copy_bw(32) < H100.pcie_bw
+    assert step_time(A100, M, 8, CTX, "SparDA") > step_time(H100, M, 8, CTX, "SparDA")
+    faster_link = with_(H100, pcie_bw=120e9)
+    assert throughput(faster_link, M, 64, CTX, "Sparse") > throughput(H100, M, 64, CTX, "Sparse")
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="ctas"):
+        layer_times(H100, M, 8, CTX, ctas=132)
+    with pytest.raises(ValueError, match="batch"):
+        layer_times(H100, M, 0, CTX)
+    with pytest.raises(ValueError, match="method"):
+        step_time(H100, M, 8, CTX, "Dense")
+    with pytest.raises(ValueError, match="pcie_bw"):
+        Hardware("x", hbm_bw=1e12, pcie_bw=0, flops=1e12, n_sms=10, hbm_bytes=1e9)
+    with pytest.raises(ValueError, match="churn"):
+        layer_times(H100, M, 8, CTX, churn=1.5)
+
+
+def test_timeline_and_plots_return_figures():
+    segs, tot = layer_timeline(H100, M, 16, CTX, 16, n_layers=2)
+    serial_end = max(e for lane, s, e, _ in segs if lane == "serial: GPU")
+    assert serial_end == pytest.approx(tot["serial"])
+    t = layer_times(H100, M, 16, CTX, 16)
+    assert tot["overlapped"] == pytest.approx(2 * overlapped_layer_time(t))
+    fig, s = sw.explore_offload(batch=16, ctas=16, pcie_gbps=55, context=CTX)
+    assert isinstance(fig, plt.Figure) and s["overlapped_us"] < s["serial_us"]
+    assert s["tok_s"]["SparDA"] > s["tok_s"]["Sparse"] > 0 and s["tok_s"]["Sparse†"] == 0.0
+    assert "overlapped" in sw.format_summary(s)
+    plt.close(fig)
+    sweep = batch_sweep(H100, M, CTX, batches=(4, 8))
+    for f in (sw.plot_batch_sweep((4, 8), sweep, {"Sparse": [167.8, 279.5]}),
+              sw.plot_training({"fine": [1.0, 0.5]}),
+              sw.plot_recall({"a": {"recall": [0.5, 0.6], "error": [0.1, 0.2]}}),
+              sw.plot_teachers(np.ones(10), np.arange(10.0), needles=[40], spans=[(16, 48)]),
+              sw.plot_selection(np.arange(10.0), np.arange(4.0), [0, 2, 3], 200)):
+        assert isinstance(f, plt.Figure)
+        plt.close(f)
+    widget = sw.offload_explorer()
+    assert len(widget.children) >= 5

@@ -1,0 +1,351 @@
+"""HySparse (first generation): one full-attention (FA) layer finds the important blocks, the sparse-attention (SA)
+layers after it reuse its KV and block indices (oracle selection, KV sharing) plus their own sliding-window branch.
+
+Seed 000 §5, §7.4, §15, §18 and SYLLABUS §05. A group is ``FA, SA, SA, ...``; the model is a stack of groups.
+
+- FA: exact causal attention over its own KV (projected from its own input hidden state). From its attention
+  probabilities (summed over the query heads of a KV group) it scores 64-token blocks and keeps the top 16
+  (16 x 64 = 1,024 tokens in the paper; toy sizes here).
+- SA: its OWN queries read the group FA's KV at the tokens of the selected blocks (``sparse_attention``, one softmax
+  over those tokens), and an independent sliding-window branch (window 128 in the paper) reads a local KV that the SA
+  layer projects from its OWN hidden states. Two softmaxes; a learned sigmoid gate per branch fuses them.
+- MLP in place of the paper's MoE (the routing does not change any dependency this lab studies).
+
+The small helpers at the top (RMSNorm, partial RoPE, masked dense attention, weight init) are shared with
+``hybrid_lab.hysparse2``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+
+__all__ = [
+    "HySparseConfig", "HySparse", "rms_norm", "apply_rope", "masked_attention", "attention_probs",
+    "block_scores", "select_blocks", "blocks_to_tokens", "gated_fusion",
+    "drifting_attention_stack", "topk_overlap_by_distance",
+]
+
+
+# ----------------------------------------------------------------------------------------------- shared helpers
+def rms_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Weightless RMSNorm over the last axis. x: (..., D)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def apply_rope(x: np.ndarray, pos: np.ndarray, rot_dims: int, base: float = 10000.0) -> np.ndarray:
+    """Partial rotary embedding on the first ``rot_dims`` channels (rotate-half form); the rest pass through.
+
+    x: (T, H, d); pos: (T,) absolute positions. ``rot_dims`` must be even and <= d (0 = NoPE).
+    """
+    d = x.shape[-1]
+    if rot_dims < 0 or rot_dims % 2 or rot_dims > d:
+        raise ValueError(f"rot_dims must be an even integer in [0, d={d}], got {rot_dims}")
+    if rot_dims == 0:
+        return x
+    half = rot_dims // 2
+    inv = base ** (-np.arange(half) / half)                         # (half,)
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # (T, half)
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:rot_dims]
+    out = x.copy()
+    out[..., :half] = x1 * cos - x2 * sin
+    out[..., half:rot_dims] = x1 * sin + x2 * cos
+    return out
+
+
+def attention_probs(q, k, mask, scale, sink=None):
+    """Softmax probabilities of grouped-query attention.
+
+    q: (T, Hq, d); k: (S, Hkv, d); mask: (T, S) bool (True = visible); sink: (Hq,) or None.
+    Returns p: (T, Hq, S), rows with no visible key are 0. With a sink the row sums to < 1 (mass absorbed by it).
+    """
+    T, Hq, d = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    qg = q.reshape(T, Hkv, G, d)
+    logits = np.einsum("tgjd,sgd->tgjs", qg, k) * scale              # (T, Hkv, G, S)
+    logits = np.where(mask[:, None, None, :], logits, -np.inf)
+    m = logits.max(axis=-1, keepdims=True)
+    if sink is not None:
+        s = np.asarray(sink, dtype=logits.dtype).reshape(1, Hkv, G, 1)
+        m = np.maximum(m, s)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(logits - m)
+    den = p.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        den = den + np.exp(s - m)
+    p = p / np.where(den > 0, den, 1.0)
+    return p.reshape(T, Hq, -1)
+
+
+def masked_attention(q, k, v, mask, scale, sink=None):
+    """Dense attention with an explicit visibility mask (GQA: Hq // Hkv query heads share a KV head).
+
+    q: (T, Hq, d); k: (S, Hkv, d); v: (S, Hkv, dv); mask: (T, S) bool. Returns (o: (T, Hq, dv), p: (T, Hq, S)).
+    """
+    p = attention_probs(q, k, mask, scale, sink)
+    T, Hq, S = p.shape
+    Hkv = k.shape[1]
+    o = np.einsum("tgjs,sgd->tgjd", p.reshape(T, Hkv, Hq // Hkv, S), v).reshape(T, Hq, v.shape[-1])
+    return o, p
+
+
+def _init(rng, shape, fan_in, dtype):
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(dtype)
+
+
+def _attn_weights(rng, prefix, D, Hq, Hkv, dk, dv, dtype, kv=True, gate=False, sink=False):
+    w = {prefix + "wq": _init(rng, (D, Hq * dk), D, dtype), prefix + "wo": _init(rng, (Hq * dv, D), Hq * dv, dtype)}
+    if kv:
+        w[prefix + "wk"] = _init(rng, (D, Hkv * dk), D, dtype)
+        w[prefix + "wv"] = _init(rng, (D, Hkv * dv), D, dtype)
+    if gate:
+        w[prefix + "wg"] = _init(rng, (D, Hq * dv), D, dtype)
+    if sink:
+        w[prefix + "sink"] = rng.standard_normal(Hq).astype(dtype)
+    return w
+
+
+def _mlp_weights(rng, prefix, D, F, dtype):
+    return {prefix + "w1": _init(rng, (D, F), D, dtype), prefix + "w2": _init(rng, (F, D), F, dtype)}
+
+
+def _check_pos_int(name, value, minimum=1):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_heads(Hq, Hkv):
+    _check_pos_int("n_heads_q", Hq)
+    _check_pos_int("n_heads_kv", Hkv)
+    if Hq % Hkv:
+        raise ValueError(f"n_heads_q={Hq} must be a multiple of n_heads_kv={Hkv} (query heads share KV heads)")
+
+
+def _check_tokens(tokens, vocab):
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be a non-empty 1-D integer array, got shape {tokens.shape} dtype {tokens.dtype}")
+    if tokens.min() < 0 or tokens.max() >= vocab:
+        raise ValueError(f"tokens must lie in [0, vocab={vocab}), got range [{tokens.min()}, {tokens.max()}]")
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------- v1 block selection
+def block_scores(probs: np.ndarray, block_size: int, n_kv_heads: int = 1) -> np.ndarray:
+    """Block importance = attention probability mass of the FA in each block, summed over a KV group's query heads.
+
+    probs: (T, Hq, S) FA probabilities. Returns (T, Hkv, ceil(S / block_size)).
+    """
+    _check_pos_int("block_size", block_size)
+    probs = np.asarray(probs)
+    if probs.ndim != 3:
+        raise ValueError(f"probs must be (T, Hq, S), got shape {probs.shape}")
+    T, Hq, S = probs.shape
+    if Hq % n_kv_heads:
+        raise ValueError(f"Hq={Hq} must be a multiple of n_kv_heads={n_kv_heads}")
+    nb = -(-S // block_size)
+    pad = np.zeros((T, Hq, nb * block_size - S), probs.dtype)
+    per_head = np.concatenate([probs, pad], axis=-1).reshape(T, Hq, nb, block_size).sum(-1)
+    return per_head.reshape(T, n_kv_heads, Hq // n_kv_heads, nb).sum(2)
+
+
+def select_blocks(scores: np.ndarray, q_pos: np.ndarray, block_size: int, n_blocks: int) -> np.ndarray:
+    """Top ``n_blocks`` blocks per (query, KV group) among the blocks the query can see (block start <= q_pos).
+
+    scores: (T, Hkv, nb); q_pos: (T,). Returns block ids (T, Hkv, n_blocks), -1 padded (deterministic ties).
+    """
+    _check_pos_int("n_blocks", n_blocks)
+    scores = np.asarray(scores, dtype=np.float64)
+    nb = scores.shape[-1]
+    visible = (np.arange(nb)[None, :] * block_size) <= np.asarray(q_pos)[:, None]   # (T, nb)
+    return topk_indices(np.where(visible[:, None, :], scores, -np.inf), n_blocks)
+
+
+def blocks_to_tokens(block_idx: np.ndarray, block_size: int, q_pos: np.ndarray) -> np.ndarray:
+    """Expand block ids to the causal token positions they cover (s <= q_pos), -1 padded.
+
+    block_idx: (T, Hkv, nb_sel). Returns (T, Hkv, nb_sel * block_size) unique positions (ids ascending per block).
+    """
+    block_idx = np.asarray(block_idx)
+    tok = block_idx[..., None] * block_size + np.arange(block_size)          # (T, Hkv, nb_sel, bs)
+    ok = (block_idx[..., None] >= 0) & (tok <= np.asarray(q_pos)[:, None, None, None])
+    return np.where(ok, tok, -1).reshape(block_idx.shape[:-1] + (-1,)).astype(np.int64)
+
+
+def gated_fusion(o_sparse, o_local, g_sparse, g_local):
+    """v1's fusion of the two branches: sigmoid(g_sparse) * o_sparse + sigmoid(g_local) * o_local (elementwise)."""
+    return sigmoid(g_sparse) * o_sparse + sigmoid(g_local) * o_local
+
+
+# ------------------------------------------------------------------------------------------------ the v1 model
+@dataclass(frozen=True)
+class HySparseConfig:
+    """HySparse (v1) at toy width. Paper: 64-token blocks, 16 blocks, SWA window 128, GQA 64/4, head dims 192/128.
+
+    ``n_layers`` layers in groups of ``group_size`` = 1 FA + (group_size - 1) SA.
+    """
+    vocab: int = 64
+    d_model: int = 32
+    n_heads_q: int = 4
+    n_heads_kv: int = 2
+    d_qk: int = 8
+    d_v: int = 8
+    d_ff: int = 64
+    n_layers: int = 8
+    group_size: int = 4
+    block_size: int = 4
+    n_blocks: int = 4
+    window: int = 8
+    seed: int = 0
+    dtype: str = "float64"
+
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "n_layers", "group_size", "block_size",
+                     "n_blocks", "window"):
+            _check_pos_int(name, getattr(self, name))
+        _check_heads(self.n_heads_q, self.n_heads_kv)
+        if self.n_layers % self.group_size:
+            raise ValueError(f"group_size={self.group_size} must divide n_layers={self.n_layers} "
+                             f"(each group is 1 FA + {self.group_size - 1} SA)")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+
+    @property
+    def layers(self) -> tuple:
+        """Layer kinds in order, e.g. ('fa', 'sa', 'sa', 'sa', 'fa', ...)."""
+        return tuple("fa" if i % self.group_size == 0 else "sa" for i in range(self.n_layers))
+
+
+class HySparse:
+    """The v1 model (prefill forward only): groups of FA + SA with an own-KV sliding-window branch in every SA.
+
+    ``weights`` is a dict of named arrays (``layer.{i}.attn.wq``, ...); pass your own to share or edit them.
+    """
+
+    def __init__(self, cfg: HySparseConfig, weights: dict | None = None):
+        self.cfg = cfg
+        self.weights = self.init_weights(cfg) if weights is None else dict(weights)
+
+    @staticmethod
+    def init_weights(cfg: HySparseConfig) -> dict:
+        rng = np.random.default_rng(cfg.seed)
+        D, Hq, Hkv, dk, dv, dt = cfg.d_model, cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v, cfg.dtype
+        w = {"embed": rng.standard_normal((cfg.vocab, D)).astype(dt), "lm_head": _init(rng, (D, cfg.vocab), D, dt)}
+        for i, kind in enumerate(cfg.layers):
+            p = f"layer.{i}."
+            if kind == "fa":
+                w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt))
+            else:  # sparse branch (queries only: K/V come from the FA) + local branch with its own KV
+                w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=True))
+                w.update(_attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
+            w.update(_mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
+        return w
+
+    def forward(self, tokens, return_details: bool = False):
+        """Causal prefill. tokens: (L,) int. Returns logits (L, vocab) [, details].
+
+        details: {"fa_probs": [per group (L, Hq, L)], "block_idx": [per group (L, Hkv, n_blocks)],
+                  "sa_outputs": [per SA layer (L, Hq, dv) sparse-branch outputs],
+                  "kept_mass": [per layer (L, Hq): the probability mass that full attention of THIS layer's
+                  queries over the group FA's KV puts on the selected tokens; FA rows = the FA's own]}.
+        """
+        cfg, w = self.cfg, self.weights
+        tokens = _check_tokens(tokens, cfg.vocab)
+        L = len(tokens)
+        pos = np.arange(L)
+        Hq, Hkv, dk, dv = cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+        scale = dk ** -0.5
+        causal = pos[None, :] <= pos[:, None]
+        local = causal & (pos[None, :] > pos[:, None] - cfg.window)
+        h = w["embed"][tokens]
+        details = {"fa_probs": [], "block_idx": [], "sa_outputs": [], "kept_mass": []}
+        G = Hq // Hkv
+        K = V = tok_idx = None
+        for i, kind in enumerate(cfg.layers):
+            p = f"layer.{i}."
+            x = rms_norm(h)
+            q = (x @ w[p + "attn.wq"]).reshape(L, Hq, dk)
+            if kind == "fa":
+                K = (x @ w[p + "attn.wk"]).reshape(L, Hkv, dk)
+                V = (x @ w[p + "attn.wv"]).reshape(L, Hkv, dv)
+                o, probs = masked_attention(q, K, V, causal, scale)
+                bidx = select_blocks(block_scores(probs, cfg.block_size, Hkv), pos, cfg.block_size, cfg.n_blocks)
+                tok_idx = blocks_to_tokens(bidx, cfg.block_size, pos)
+                member = np.zeros((L, Hkv, L + 1), bool)            # column L collects the -1 padding
+                member[np.arange(L)[:, None, None], np.arange(Hkv)[None, :, None], tok_idx] = True
+                member = np.repeat(member[..., :L], G, axis=1)      # (L, Hq, L)
+                details["fa_probs"].append(probs)
+                details["block_idx"].append(bidx)
+                details["kept_mass"].append(np.where(member, probs, 0.0).sum(-1))
+            else:
+                o_sa = sparse_attention(q[None], K[None], V[None], tok_idx[None], scale=scale)[0]
+                p_full = attention_probs(q, K, causal, scale)        # what this layer WOULD attend to
+                details["kept_mass"].append(np.where(member, p_full, 0.0).sum(-1))
+                kl = (x @ w[p + "swa.wk"]).reshape(L, Hkv, dk)        # the local branch's OWN KV, from this layer
+                vl = (x @ w[p + "swa.wv"]).reshape(L, Hkv, dv)
+                ql = (x @ w[p + "swa.wq"]).reshape(L, Hq, dk)
+                o_loc, _ = masked_attention(ql, kl, vl, local, scale)
+                g_sa = (x @ w[p + "attn.wg"]).reshape(L, Hq, dv)
+                g_loc = (x @ w[p + "swa.wg"]).reshape(L, Hq, dv)
+                details["sa_outputs"].append(o_sa)
+                o = gated_fusion(o_sa, o_loc, g_sa, g_loc)
+            h = h + o.reshape(L, Hq * dv) @ w[p + "attn.wo"]
+            h = h + silu(rms_norm(h) @ w[p + "mlp.w1"]) @ w[p + "mlp.w2"]
+        logits = rms_norm(h) @ w["lm_head"]
+        return (logits, details) if return_details else logits
+
+
+# ------------------------------------------------------------------ cross-layer stability of the top-k sets
+def drifting_attention_stack(L: int, n_layers: int, d: int = 16, drift: float = 0.3, seed: int = 0,
+                             temperature: float = 2.0):
+    """Attention of one query over L keys in ``n_layers`` layers whose Q/K projections drift like a random walk.
+
+    A stand-in for a trained model (random independent layers have no cross-layer stability at all): layer l+1's
+    projections are ``cos(drift) * W_l + sin(drift) * noise``, so nearby layers look at similar tokens and far
+    layers decorrelate. Returns (probs: (n_layers, L), values: (L, d)).
+    """
+    _check_pos_int("L", L)
+    _check_pos_int("n_layers", n_layers)
+    if not 0.0 <= drift <= np.pi / 2:
+        raise ValueError(f"drift must be an angle in [0, pi/2], got {drift}")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((L, d))
+    qx = rng.standard_normal(d)
+    wq, wk = rng.standard_normal((d, d)), rng.standard_normal((d, d))
+    probs = np.empty((n_layers, L))
+    for layer in range(n_layers):
+        logits = (qx @ wq) @ (x @ wk).T * temperature / d
+        e = np.exp(logits - logits.max())
+        probs[layer] = e / e.sum()
+        wq = np.cos(drift) * wq + np.sin(drift) * rng.standard_normal((d, d))
+        wk = np.cos(drift) * wk + np.sin(drift) * rng.standard_normal((d, d))
+    return probs, rng.standard_normal((L, d))
+
+
+def topk_overlap_by_distance(probs: np.ndarray, k: int) -> np.ndarray:
+    """Mean overlap |S_a ∩ S_b| / k of the top-k sets of layers a, b as a function of distance b - a.
+
+    probs: (n_layers, L). Returns (n_layers,) with entry 0 = 1.0 (a layer overlaps itself).
+    """
+    probs = np.asarray(probs)
+    n, L = probs.shape
+    _check_pos_int("k", k)
+    if k > L:
+        raise ValueError(f"k must be <= L={L}, got {k}")
+    sets = topk_indices(probs, k)                               # (n, k)
+    member = np.zeros((n, L), bool)
+    member[np.arange(n)[:, None], sets] = True
+    inter = member.astype(np.int64) @ member.T.astype(np.int64)  # (n, n) |S_a ∩ S_b|
+    return np.array([np.mean(np.diagonal(inter, offset=dist)) / k for dist in range(n)])

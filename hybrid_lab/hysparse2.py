@@ -1,0 +1,600 @@
+"""HySparse2: two-level KV sharing (KV bridging + KV reuse) and the exact prefill early exit it enables.
+
+Seed 000 §3-10, §14-17 and SYLLABUS §06. Layout (paper: 12 SWA, FA, 12 SWA | 4 x (FA + 5 SA) = 49 layers)::
+
+    tokens -> Self-decoder: [SWA x n_before] -> FA -> [SWA x n_after] -> boundary state
+                             \\__ input hidden of the self FA (the bridge source) __
+                                                                                   \\ bridge.g: K_g, V_g = Proj_g(H_src)
+    boundary -> Cross-decoder: group g = FA_g (queries from its own hidden, KV = the bridged K_g, V_g)
+                                         -> SA x (group_size - 1) (own queries, REUSE K_g, V_g and FA_g's selection)
+             -> logits
+
+- KV bridging: each cross FA owns K/V projections (weights ``bridge.{g}.wk/wv``) applied to the INPUT hidden state
+  of the self FA (not its output), so its cache is ready as soon as the Self-decoder has run.
+- KV reuse: the SA layers of a group read the group's KV at the group FA's selection: forced window (the last
+  ``window`` positions) ∪ top-``topk`` positions outside the window by the FA's attention probability (summed over
+  a KV group's query heads), ONE softmax over the union (``sparse_attention``), read by index, no copy.
+- SWA and SA layers have sigmoid output gates and per-head sink logits; Self SWA uses partial RoPE; FA and SA NoPE.
+  MLP in place of MoE; no MTP head (it reads the boundary state and changes no dependency).
+
+Three kinds of cache (explicit objects, plain numpy arrays): the self FA KV (:class:`KVCache`, grows), one rolling
+window per self SWA layer (:class:`WindowKVCache`), one bridged KV per cross group (:class:`KVCache`, grows).
+There is no cross-decoder local cache: that is what makes the early exit exact.
+
+API for prefill/decode disaggregation (a P worker needs only ``embed``, ``self.*`` and ``bridge.*`` weights)::
+
+    model = HySparse2(cfg)                       # or HySparse2(cfg, weights=subset)
+    cache = model.prefill_self(tokens)           # P: Self-decoder + bridging; cache.boundary = last boundary state
+    logits = model.first_token(cache)            # D: Cross-decoder at the last prompt position only -> (vocab,)
+    logits, cache = model.decode_step(tok, cache)  # D: Self (1 position) + append to the cross KVs + Cross
+    logits, cache = model.prefill(tokens, early_exit=False)   # reference: Cross on every position
+    bundle = cache.to_arrays(); cache = HySparse2Cache.from_arrays(bundle)   # flat arrays for a transport
+
+``HYSPARSE2_80B`` and the cache/FLOP accounting of the paper configuration live in ``hybrid_lab.hysparse_ledger``.
+"""
+from __future__ import annotations
+
+import copy as _copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hybrid_lab.backend import swappable
+from hybrid_lab.hysparse import (_attn_weights, _check_heads, _check_pos_int, _check_tokens, _init, _mlp_weights,
+                                 apply_rope, masked_attention, rms_norm, sigmoid, silu)
+from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+
+__all__ = [
+    "BRIDGE_SOURCES", "HySparse2Config", "KVCache", "WindowKVCache", "HySparse2Cache", "HySparse2",
+    "fa_decode_topk", "forced_window_select", "replay_tail", "self_decoder_weight_names", "captured_mass",
+    "replay_errors",
+]
+
+BRIDGE_SOURCES = ("self_fa_input", "boundary")
+
+
+# ---------------------------------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class HySparse2Config:
+    """HySparse2 at toy width. Defaults = the paper's 49-layer layout; widths, window and k are toy sized.
+
+    Self-decoder: ``self_swa_before`` SWA, 1 FA, ``self_swa_after`` SWA. Cross-decoder: ``cross_layers`` layers in
+    groups of ``group_size`` (1 FA + group_size - 1 SA). ``window`` = forced local positions of the SA selection,
+    ``topk`` = global positions outside it (paper 128 / 1,024); ``swa_window`` = the self SWA window (paper 128).
+    ``bridge_sources``: per cross group, ``"self_fa_input"`` (paper) or ``"boundary"`` (the Self/Cross boundary
+    state, the other source the seed's figure hedges about). ``cross_swa_window > 0`` adds a v1-style sliding-window
+    branch with its OWN KV to every cross SA layer: a counterexample that breaks the exact early exit.
+    """
+    vocab: int = 64
+    d_model: int = 32
+    n_heads_q: int = 4
+    n_heads_kv: int = 1
+    d_qk: int = 8
+    d_v: int = 8
+    d_ff: int = 64
+    self_swa_before: int = 12
+    self_swa_after: int = 12
+    cross_layers: int = 24
+    group_size: int = 6
+    window: int = 4
+    topk: int = 8
+    swa_window: int = 4
+    rope_dims: int = 4
+    rope_base: float = 10000.0
+    bridge_sources: tuple | None = None
+    gates: bool = True
+    sinks: bool = True
+    cross_swa_window: int = 0
+    seed: int = 0
+    dtype: str = "float64"
+
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "cross_layers", "group_size", "window", "topk",
+                     "swa_window"):
+            _check_pos_int(name, getattr(self, name))
+        for name in ("self_swa_before", "self_swa_after", "cross_swa_window"):
+            _check_pos_int(name, getattr(self, name), minimum=0)
+        _check_heads(self.n_heads_q, self.n_heads_kv)
+        if self.cross_layers % self.group_size:
+            raise ValueError(f"group_size={self.group_size} must divide cross_layers={self.cross_layers} "
+                             f"(each group is 1 FA + {self.group_size - 1} SA)")
+        if self.rope_dims < 0 or self.rope_dims % 2 or self.rope_dims > self.d_qk:
+            raise ValueError(f"rope_dims must be even and in [0, d_qk={self.d_qk}], got {self.rope_dims}")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if self.bridge_sources is not None:
+            src = tuple(self.bridge_sources)
+            if len(src) != self.n_groups:
+                raise ValueError(f"bridge_sources needs one entry per cross group ({self.n_groups}), got {len(src)}")
+            bad = [s for s in src if s not in BRIDGE_SOURCES]
+            if bad:
+                raise ValueError(f"unknown bridge source {bad[0]!r}: expected one of {BRIDGE_SOURCES}")
+            object.__setattr__(self, "bridge_sources", src)
+
+    @property
+    def n_groups(self) -> int:
+        return self.cross_layers // self.group_size
+
+    @property
+    def n_self(self) -> int:
+        return self.self_swa_before + 1 + self.self_swa_after
+
+    @property
+    def sources(self) -> tuple:
+        return self.bridge_sources or ("self_fa_input",) * self.n_groups
+
+    @property
+    def layers(self) -> tuple:
+        """(name, kind) for every layer in order: ('self.0', 'swa') ... ('cross.0.fa', 'fa'), ('cross.0.sa.0', 'sa')."""
+        out = [(f"self.{i}", "fa" if i == self.self_swa_before else "swa") for i in range(self.n_self)]
+        for g in range(self.n_groups):
+            out.append((f"cross.{g}.fa", "fa"))
+            out += [(f"cross.{g}.sa.{j}", "sa") for j in range(self.group_size - 1)]
+        return tuple(out)
+
+    def counts(self) -> dict:
+        """Layer counts by kind: {'swa', 'fa', 'sa', 'total'} (paper: 24 / 5 / 20 / 49)."""
+        kinds = [k for _, k in self.layers]
+        return {"swa": kinds.count("swa"), "fa": kinds.count("fa"), "sa": kinds.count("sa"), "total": len(kinds)}
+
+
+# ------------------------------------------------------------------------------------------------------ caches
+@dataclass
+class KVCache:
+    """A growing global KV (the self FA's, or one cross group's bridged KV). k: (S, Hkv, d_qk), v: (S, Hkv, d_v)."""
+    k: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def empty(cls, n_kv: int, d_qk: int, d_v: int, dtype) -> "KVCache":
+        return cls(np.zeros((0, n_kv, d_qk), dtype), np.zeros((0, n_kv, d_v), dtype))
+
+    def __len__(self) -> int:
+        return self.k.shape[0]
+
+    def append(self, k: np.ndarray, v: np.ndarray) -> None:
+        """Append T new entries. k: (T, Hkv, d_qk); v: (T, Hkv, d_v)."""
+        self.k = np.concatenate([self.k, k])
+        self.v = np.concatenate([self.v, v])
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+
+@dataclass
+class WindowKVCache:
+    """One self SWA layer's rolling window: the last ``window`` entries and their absolute positions."""
+    k: np.ndarray
+    v: np.ndarray
+    pos: np.ndarray
+    window: int
+
+    @classmethod
+    def empty(cls, window: int, n_kv: int, d_qk: int, d_v: int, dtype) -> "WindowKVCache":
+        return cls(np.zeros((0, n_kv, d_qk), dtype), np.zeros((0, n_kv, d_v), dtype), np.zeros(0, np.int64), window)
+
+    def __len__(self) -> int:
+        return self.k.shape[0]
+
+    def append(self, k, v, pos) -> None:
+        """Append entries, then drop all but the last ``window`` (older ones can never be read again)."""
+        self.k = np.concatenate([self.k, k])[-self.window:]
+        self.v = np.concatenate([self.v, v])[-self.window:]
+        self.pos = np.concatenate([self.pos, np.asarray(pos, np.int64)])[-self.window:]
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+
+@dataclass
+class HySparse2Cache:
+    """Everything a request needs to continue: the three kinds of KV, the length, the last boundary state.
+
+    pos: number of positions processed; self_fa: KVCache; self_swa: [WindowKVCache] per self SWA layer in order;
+    cross: [KVCache] per cross group; boundary: (d_model,) the Self/Cross boundary state at position pos - 1
+    (the Cross-decoder's input for the first generated token), None before any token.
+    """
+    pos: int
+    self_fa: KVCache
+    self_swa: list
+    cross: list
+    boundary: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    def copy(self) -> "HySparse2Cache":
+        return _copy.deepcopy(self)
+
+    def to_arrays(self) -> dict:
+        """Flat {name: numpy array} of everything (the hand-off bundle of a P worker): 'pos', 'boundary',
+        'self_fa.k/v', 'self_swa.{i}.k/v/pos' + 'self_swa.window', 'cross.{g}.k/v'."""
+        out = {"pos": np.array(self.pos, np.int64), "self_fa.k": self.self_fa.k, "self_fa.v": self.self_fa.v,
+               "self_swa.window": np.array([w.window for w in self.self_swa], np.int64)}
+        if self.boundary is not None:
+            out["boundary"] = self.boundary
+        for i, w in enumerate(self.self_swa):
+            out[f"self_swa.{i}.k"], out[f"self_swa.{i}.v"], out[f"self_swa.{i}.pos"] = w.k, w.v, w.pos
+        for g, c in enumerate(self.cross):
+            out[f"cross.{g}.k"], out[f"cross.{g}.v"] = c.k, c.v
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict) -> "HySparse2Cache":
+        """Inverse of :meth:`to_arrays` (arrays are copied)."""
+        a = {k: np.array(v, copy=True) for k, v in arrays.items()}
+        try:
+            windows = a["self_swa.window"]
+            n_groups = sum(1 for k in a if k.startswith("cross.") and k.endswith(".k"))
+            return cls(pos=int(a["pos"]), self_fa=KVCache(a["self_fa.k"], a["self_fa.v"]),
+                       self_swa=[WindowKVCache(a[f"self_swa.{i}.k"], a[f"self_swa.{i}.v"], a[f"self_swa.{i}.pos"],
+                                               int(windows[i])) for i in range(len(windows))],
+                       cross=[KVCache(a[f"cross.{g}.k"], a[f"cross.{g}.v"]) for g in range(n_groups)],
+                       boundary=a.get("boundary"))
+        except KeyError as e:
+            raise ValueError(f"arrays lack the entry {e.args[0]!r} (expected the output of to_arrays)") from None
+
+    def summary(self) -> list:
+        """The three kinds of cache as rows: (kind, copies, entries per copy, bytes in all, grows with length?)."""
+        return [("self FA KV", 1, len(self.self_fa), self.self_fa.nbytes, "yes"),
+                ("self SWA windows", len(self.self_swa), max((len(w) for w in self.self_swa), default=0),
+                 sum(w.nbytes for w in self.self_swa), "no (rolling)"),
+                ("cross KV (bridged)", len(self.cross), len(self.cross[0]) if self.cross else 0,
+                 sum(c.nbytes for c in self.cross), "yes")]
+
+    def nbytes(self) -> dict:
+        """Bytes by cache kind: {'self_fa', 'self_swa', 'cross', 'total'}."""
+        out = {"self_fa": self.self_fa.nbytes, "self_swa": sum(c.nbytes for c in self.self_swa),
+               "cross": sum(c.nbytes for c in self.cross)}
+        out["total"] = sum(out.values())
+        return out
+
+
+# ------------------------------------------------------------------------------------------- selection + twin
+def forced_window_select(scores: np.ndarray, q_pos: np.ndarray, window: int, topk: int) -> np.ndarray:
+    """HySparse2's selection: the last ``window`` positions (forced) ∪ the top-``topk`` positions outside them.
+
+    scores: (T, Hkv, S) the FA's scores (any value where s > q_pos is ignored); q_pos: (T,) absolute positions.
+    Returns idx: (T, Hkv, window + topk) int64: slots [0, window) = q_pos - window + 1 .. q_pos (-1 where < 0),
+    slots [window, window + topk) = top-k of s <= q_pos - window by score (ties -> smaller s, -1 padded).
+    """
+    _check_pos_int("window", window)
+    _check_pos_int("topk", topk)
+    scores = np.asarray(scores, dtype=np.float64)
+    q_pos = np.asarray(q_pos)
+    if scores.ndim != 3 or q_pos.shape != scores.shape[:1]:
+        raise ValueError(f"scores must be (T, Hkv, S) and q_pos (T,), got {scores.shape} and {q_pos.shape}")
+    T, Hkv, S = scores.shape
+    win = q_pos[:, None] - window + 1 + np.arange(window)[None, :]          # (T, window)
+    win = np.where(win >= 0, win, -1)
+    outside = np.arange(S)[None, :] <= (q_pos[:, None] - window)             # (T, S)
+    top = topk_indices(np.where(outside[:, None, :], scores, -np.inf), topk)  # (T, Hkv, topk)
+    return np.concatenate([np.broadcast_to(win[:, None, :], (T, Hkv, window)), top], axis=-1).astype(np.int64)
+
+
+def _fa_rows(q, k, v, q_pos, topk, window, scale, sink=None):
+    """Exact causal attention of T query rows over one KV + their top-k outside the window.
+
+    q: (T, Hq, d); k: (S, Hkv, d); v: (S, Hkv, dv); q_pos: (T,).
+    Returns (o: (T, Hq, dv), top: (T, Hkv, topk), score: (T, Hkv, S) probability summed over each group's heads).
+    """
+    S, Hkv = k.shape[:2]
+    mask = np.arange(S)[None, :] <= q_pos[:, None]
+    o, p = masked_attention(q, k, v, mask, scale, sink)
+    T, Hq, _ = p.shape
+    score = p.reshape(T, Hkv, Hq // Hkv, S).sum(2)                         # probability summed over the group
+    outside = np.arange(S)[None, :] <= (q_pos[:, None] - window)
+    top = topk_indices(np.where(outside[:, None, :], score, -np.inf), topk)
+    return o, top, score
+
+
+@swappable("fa_decode_topk")
+def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
+    """HySparse2's cross FA at decode: exact attention of the query at position S-1 + its top-k outside the window.
+
+    q: (B, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv). Returns o: (B, Hq, dv) (exact attention over all S
+    positions) and idx: (B, Hkv, topk) = the top-k positions in [0, S - window) ranked by the attention probability
+    summed over the group's Hq/Hkv heads (ties -> smaller position, -1 padded).
+    """
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    if q.ndim != 3 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q must be (B, Hq, d), k and v (B, S, Hkv, d); got q{q.shape} k{k.shape} v{v.shape}")
+    B, Hq, d = q.shape
+    if k.shape[0] != B or k.shape[3] != d or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"k must be (B={B}, S, Hkv, d={d}) and v (B, S, Hkv, dv) matching it; got k{k.shape} v{v.shape}")
+    S, Hkv = k.shape[1], k.shape[2]
+    if S == 0:
+        raise ValueError("k must hold at least one position (S >= 1)")
+    _check_heads(Hq, Hkv)
+    _check_pos_int("topk", topk)
+    _check_pos_int("window", window)
+    if sink is not None and np.asarray(sink).shape != (Hq,):
+        raise ValueError(f"sink must have shape (Hq={Hq},), got {np.asarray(sink).shape}")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if np.isnan(a).any():
+            raise ValueError(f"{name} contains NaN")
+    scale = d ** -0.5 if scale is None else scale
+    q_pos = np.array([S - 1])
+    outs, idxs = [], []
+    for b in range(B):
+        o, top, _ = _fa_rows(q[b][None], k[b], v[b], q_pos, topk, window, scale, sink)
+        outs.append(o[0])
+        idxs.append(top[0])
+    return np.stack(outs).astype(np.result_type(q.dtype, np.float32), copy=False), np.stack(idxs)
+
+
+def captured_mass(score: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Share of the FA's score mass on an index set. score: (..., S) (e.g. probabilities); idx: (..., K) -1 padded.
+    Returns (...) = Σ_{s∈idx} score_s / Σ_s score_s."""
+    score, idx = np.asarray(score, dtype=np.float64), np.asarray(idx)
+    if score.shape[:-1] != idx.shape[:-1]:
+        raise ValueError(f"score (..., S) and idx (..., K) must share leading axes, got {score.shape} and {idx.shape}")
+    picked = np.where(idx >= 0, np.take_along_axis(score, np.maximum(idx, 0), axis=-1), 0.0).sum(-1)
+    return picked / score.sum(-1)
+
+
+def replay_tail(depth: int, width: int) -> int:
+    """Positions to recompute so the last one is exact when ``depth`` stacked layers each read the same layer's
+    previous ``width - 1`` positions (a window of ``width``, or a short convolution of width ``width``).
+
+    Each such layer shrinks the exactly-known range by width - 1: tail = depth * (width - 1) + 1.
+    (33 layers x width 4 -> 100, the seed's "100-token"; HySparse2's cross decoder has depth 0 -> 1.)
+    """
+    _check_pos_int("depth", depth, minimum=0)
+    _check_pos_int("width", width)
+    return depth * (width - 1) + 1
+
+
+def self_decoder_weight_names(cfg: HySparse2Config) -> list:
+    """Weight names a P worker needs: embedding, Self-decoder, bridging projections (no cross queries, no MLPs)."""
+    w = HySparse2.init_weights(cfg)
+    return sorted(n for n in w if n == "embed" or n.startswith("self.") or n.startswith("bridge."))
+
+
+# ------------------------------------------------------------------------------------------------------- model
+class HySparse2:
+    """The HySparse2 model at toy width (numpy, single sequence).
+
+    ``weights``: dict of named arrays (see :meth:`init_weights`); a P worker may hold only
+    :func:`self_decoder_weight_names`. ``trace`` counts, for the last call, the rows each layer computed
+    (``'self.i'``, ``'bridge.g'`` (KV projection only), ``'cross.g.fa'``, ``'cross.g.sa.j'``).
+    """
+
+    def __init__(self, cfg: HySparse2Config, weights: dict | None = None):
+        self.cfg = cfg
+        self.weights = self.init_weights(cfg) if weights is None else dict(weights)
+        self.trace: dict = {}
+
+    @staticmethod
+    def init_weights(cfg: HySparse2Config) -> dict:
+        rng = np.random.default_rng(cfg.seed)
+        D, Hq, Hkv, dk, dv, dt = cfg.d_model, cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v, cfg.dtype
+        w = {"embed": rng.standard_normal((cfg.vocab, D)).astype(dt), "lm_head": _init(rng, (D, cfg.vocab), D, dt)}
+        for i in range(cfg.n_self):
+            p = f"self.{i}."
+            swa = i != cfg.self_swa_before
+            w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, gate=swa and cfg.gates,
+                                   sink=swa and cfg.sinks))
+            w.update(_mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
+        for g in range(cfg.n_groups):
+            w[f"bridge.{g}.wk"] = _init(rng, (D, Hkv * dk), D, dt)      # the cross FA's own K/V projections
+            w[f"bridge.{g}.wv"] = _init(rng, (D, Hkv * dv), D, dt)
+            w.update(_attn_weights(rng, f"cross.{g}.fa.attn.", D, Hq, Hkv, dk, dv, dt, kv=False))
+            w.update(_mlp_weights(rng, f"cross.{g}.fa.mlp.", D, cfg.d_ff, dt))
+            for j in range(cfg.group_size - 1):
+                p = f"cross.{g}.sa.{j}."
+                w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=cfg.gates,
+                                       sink=cfg.sinks))
+                if cfg.cross_swa_window:
+                    w.update(_attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
+                w.update(_mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
+        return w
+
+    def _w(self, name):
+        try:
+            return self.weights[name]
+        except KeyError:
+            raise ValueError(f"weight {name!r} is not held by this model (a P worker holds only "
+                             f"self_decoder_weight_names(cfg))") from None
+
+    def new_cache(self) -> HySparse2Cache:
+        cfg, dt = self.cfg, self.cfg.dtype
+        Hkv, dk, dv = cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+        return HySparse2Cache(
+            pos=0, self_fa=KVCache.empty(Hkv, dk, dv, dt),
+            self_swa=[WindowKVCache.empty(cfg.swa_window, Hkv, dk, dv, dt) for _ in range(cfg.n_self - 1)],
+            cross=[KVCache.empty(Hkv, dk, dv, dt) for _ in range(cfg.n_groups)])
+
+    # ---------------------------------------------------------------------------------------------- blocks
+    def _mlp(self, p, h):
+        return h + silu(rms_norm(h) @ self._w(p + "mlp.w1")) @ self._w(p + "mlp.w2")
+
+    def _gate(self, p, x, o):
+        if not self.cfg.gates or p + "attn.wg" not in self.weights:
+            return o
+        return o * sigmoid(x @ self.weights[p + "attn.wg"]).reshape(o.shape)
+
+    def _count(self, name, n):
+        self.trace[name] = self.trace.get(name, 0) + int(n)
+
+    def _run_self(self, tokens, cache: HySparse2Cache):
+        """Self-decoder on new positions (continuing ``cache`` in place) + bridging. Returns boundary rows (T, D)."""
+        cfg = self.cfg
+        T = len(tokens)
+        Hq, Hkv, dk, dv = cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+        scale = dk ** -0.5
+        q_pos = cache.pos + np.arange(T)
+        h = self._w("embed")[tokens]
+        fa_input = None
+        swa_i = 0
+        for i in range(cfg.n_self):
+            p = f"self.{i}."
+            x = rms_norm(h)
+            q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
+            k = (x @ self._w(p + "attn.wk")).reshape(T, Hkv, dk)
+            v = (x @ self._w(p + "attn.wv")).reshape(T, Hkv, dv)
+            sink = self.weights.get(p + "attn.sink") if cfg.sinks else None
+            if i == cfg.self_swa_before:                                 # the self FA (NoPE), bridge source
+                fa_input = h
+                cache.self_fa.append(k, v)
+                kpos = np.arange(len(cache.self_fa))
+                mask = kpos[None, :] <= q_pos[:, None]
+                o, _ = masked_attention(q, cache.self_fa.k, cache.self_fa.v, mask, scale)
+            else:                                                        # SWA with partial RoPE over its window
+                q = apply_rope(q, q_pos, cfg.rope_dims, cfg.rope_base)
+                k = apply_rope(k, q_pos, cfg.rope_dims, cfg.rope_base)
+                win = cache.self_swa[swa_i]
+                kk, vv = np.concatenate([win.k, k]), np.concatenate([win.v, v])   # contiguous positions from k0
+                k0 = cache.pos - len(win)
+                band = q_pos[:, None] - cfg.swa_window + 1 + np.arange(cfg.swa_window)[None, :]   # (T, w)
+                band = np.where(band >= k0, band - k0, -1)                        # rows of kk, -1 = none
+                band = np.broadcast_to(band[:, None, :], (T, Hkv, cfg.swa_window))
+                o = sparse_attention(q[None], kk[None], vv[None], band[None], scale=scale, sink=sink)[0]
+                win.append(k, v, q_pos)
+                swa_i += 1
+            o = self._gate(p, x, o)
+            h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
+            h = self._mlp(p, h)
+            self._count(f"self.{i}", T)
+        for g, src in enumerate(cfg.sources):                           # KV bridging: projections only
+            xs = rms_norm(fa_input if src == "self_fa_input" else h)
+            cache.cross[g].append((xs @ self._w(f"bridge.{g}.wk")).reshape(T, Hkv, dk),
+                                  (xs @ self._w(f"bridge.{g}.wv")).reshape(T, Hkv, dv))
+            self._count(f"bridge.{g}", T)
+        cache.pos += T
+        cache.boundary = h[-1].copy()
+        return h
+
+    def _run_cross(self, h, q_pos, cache: HySparse2Cache, details=None):
+        """Cross-decoder on rows h: (T, D) at absolute positions q_pos (contiguous). Returns logits (T, vocab).
+
+        Reads only the bridged caches (and, in the cross_swa counterexample, the rows given: bounded replay).
+        """
+        cfg = self.cfg
+        T = h.shape[0]
+        Hq, Hkv, dk, dv = cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+        scale = dk ** -0.5
+        for g in range(cfg.n_groups):
+            K, V = cache.cross[g].k, cache.cross[g].v
+            if len(cache.cross[g]) <= q_pos[-1]:
+                raise ValueError(f"cross cache {g} holds {len(cache.cross[g])} positions, query at {q_pos[-1]}")
+            p = f"cross.{g}.fa."
+            x = rms_norm(h)
+            q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
+            if T == 1 and q_pos[0] == len(K) - 1 and details is None:   # decode / early exit: the swappable op
+                o, top = fa_decode_topk(q, K[None], V[None], cfg.topk, cfg.window, scale)
+            else:
+                o, top, score = _fa_rows(q, K, V, q_pos, cfg.topk, cfg.window, scale)
+                if details is not None:
+                    details.setdefault("scores", []).append(score)
+            win = q_pos[:, None] - cfg.window + 1 + np.arange(cfg.window)[None, :]
+            idx = np.concatenate([np.broadcast_to(np.where(win >= 0, win, -1)[:, None, :], (T, Hkv, cfg.window)),
+                                  top], axis=-1)
+            if details is not None:
+                details.setdefault("idx", []).append(idx)
+            h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
+            h = self._mlp(p, h)
+            self._count(f"cross.{g}.fa", T)
+            for j in range(cfg.group_size - 1):
+                p = f"cross.{g}.sa.{j}."
+                x = rms_norm(h)
+                q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
+                sink = self.weights.get(p + "attn.sink") if cfg.sinks else None
+                o = sparse_attention(q[None], K[None], V[None], idx[None], scale=scale, sink=sink)[0]
+                o = self._gate(p, x, o)
+                if cfg.cross_swa_window:                                  # v1-style branch: OWN KV from these rows
+                    kl = (x @ self._w(p + "swa.wk")).reshape(T, Hkv, dk)
+                    vl = (x @ self._w(p + "swa.wv")).reshape(T, Hkv, dv)
+                    ql = (x @ self._w(p + "swa.wq")).reshape(T, Hq, dk)
+                    mask = (q_pos[None, :] <= q_pos[:, None]) & (q_pos[None, :] > q_pos[:, None] - cfg.cross_swa_window)
+                    ol, _ = masked_attention(ql, kl, vl, mask, scale)
+                    o = o + ol * sigmoid(x @ self._w(p + "swa.wg")).reshape(ol.shape)
+                h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
+                h = self._mlp(p, h)
+                self._count(p[:-1], T)
+        return rms_norm(h) @ self._w("lm_head")
+
+    # ------------------------------------------------------------------------------------------- public API
+    def prefill_self(self, tokens, cache: HySparse2Cache | None = None) -> HySparse2Cache:
+        """What a P worker runs: Self-decoder on every prompt position + the bridged KV of every cross group.
+
+        tokens: (T,) int, continuing ``cache`` if given (a copy is returned; the input is not modified).
+        Returns the cache with ``pos`` advanced by T and ``boundary`` = the boundary state at the last position.
+        """
+        self.trace = {}
+        tokens = _check_tokens(tokens, self.cfg.vocab)
+        cache = self.new_cache() if cache is None else cache.copy()
+        self._run_self(tokens, cache)
+        return cache
+
+    def first_token(self, cache: HySparse2Cache) -> np.ndarray:
+        """What a D worker runs first: the Cross-decoder at the last processed position only. Returns (vocab,)."""
+        if cache.boundary is None or cache.pos == 0:
+            raise ValueError("cache has no boundary state: run prefill_self on a non-empty prompt first")
+        self.trace = {}
+        return self._run_cross(cache.boundary[None], np.array([cache.pos - 1]), cache)[0]
+
+    def prefill(self, tokens, cache: HySparse2Cache | None = None, early_exit: bool = True,
+                cross_tail: int | None = None, details: dict | None = None):
+        """Prefill a prompt. Returns (logits, cache).
+
+        early_exit=True: Self on every position, Cross only at the last one -> logits (1, vocab).
+        early_exit=False: Cross on every position (the reference) -> logits (T, vocab).
+        cross_tail=R overrides both: Cross on the last R positions (bounded replay) -> logits (R, vocab).
+        ``details`` (a dict) collects per cross group the FA scores ``scores`` (R, Hkv, S) and selections ``idx``.
+        """
+        cfg = self.cfg
+        tokens = _check_tokens(tokens, cfg.vocab)
+        T = len(tokens)
+        if cross_tail is None:
+            cross_tail = 1 if early_exit else T
+        _check_pos_int("cross_tail", cross_tail)
+        if cross_tail > T:
+            raise ValueError(f"cross_tail must be <= the number of new tokens {T}, got {cross_tail}")
+        if cfg.cross_swa_window and cache is not None:
+            raise ValueError("cross_swa_window > 0 (the v1-style counterexample) supports prefill from an empty "
+                             "cache only: its cross windows are not cached")
+        self.trace = {}
+        cache = self.new_cache() if cache is None else cache.copy()
+        h = self._run_self(tokens, cache)
+        q_pos = cache.pos - cross_tail + np.arange(cross_tail)
+        logits = self._run_cross(h[-cross_tail:], q_pos, cache, details)
+        return logits, cache
+
+    def decode_step(self, token: int, cache: HySparse2Cache):
+        """One decode step: Self on the new position, one new entry in every cache, Cross. Returns (logits (vocab,),
+        new cache); the input cache is not modified."""
+        if self.cfg.cross_swa_window:
+            raise ValueError("decode is not supported with cross_swa_window > 0 (no cross window cache)")
+        if not isinstance(token, (int, np.integer)):
+            raise ValueError(f"token must be an integer, got {token!r}")
+        self.trace = {}
+        cache = cache.copy()
+        h = self._run_self(_check_tokens(np.array([token]), self.cfg.vocab), cache)
+        return self._run_cross(h, np.array([cache.pos - 1]), cache)[0], cache
+
+    def generate(self, prompt, n_new: int, early_exit: bool = True):
+        """Greedy generation: prefill then ``n_new - 1`` decode steps. Returns (tokens (n_new,), cache)."""
+        _check_pos_int("n_new", n_new)
+        logits, cache = self.prefill(prompt, early_exit=early_exit)
+        out = [int(np.argmax(logits[-1]))]
+        for _ in range(n_new - 1):
+            lg, cache = self.decode_step(out[-1], cache)
+            out.append(int(np.argmax(lg)))
+        return np.array(out), cache
+
+
+# ---------------------------------------------------------------------------------------- replay experiment
+def replay_errors(model: HySparse2, tokens, tails=None) -> dict:
+    """Last-position error of prefill with the Cross-decoder run on only the last R positions, for each R.
+
+    Returns {'tails': (n,), 'errors': (n,) max |logits_R - logits_full|, 'min_exact': smallest R with error
+    <= 1e-10 (None if none)}. With the paper model (no cross SWA) R = 1 is already exact; with a v1-style cross
+    SWA branch (``cross_swa_window = c``) exactness needs R >= replay_tail(#cross SA layers, c).
+    """
+    tokens = _check_tokens(tokens, model.cfg.vocab)
+    full, _ = model.prefill(tokens, early_exit=False)
+    tails = np.arange(1, len(tokens) + 1) if tails is None else np.asarray(tails)
+    errs = np.array([np.abs(model.prefill(tokens, cross_tail=int(r))[0][-1] - full[-1]).max() for r in tails])
+    exact = tails[errs <= 1e-10]
+    return {"tails": tails, "errors": errs, "min_exact": int(exact.min()) if exact.size else None}

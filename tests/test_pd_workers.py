@@ -1,0 +1,121 @@
+"""P and D workers: weight split, in-process hand-off, and real 2-process runs on torch.distributed (gloo)."""
+import time
+
+import numpy as np
+import pytest
+
+from hybrid_lab.hysparse2 import HySparse2, HySparse2Config
+from hybrid_lab.pd_bundle import BundleError, PDBundle, bundle_bytes, encode_header, payload_digest
+
+torch = pytest.importorskip("torch")
+from hybrid_lab.pd_workers import DWorker, PWorker, TransferTimeout, reference_tokens, run_pd  # noqa: E402
+
+CFG = HySparse2Config(self_swa_before=2, self_swa_after=2, cross_layers=8, group_size=4, d_model=16, window=2,
+                      topk=4, swa_window=3)
+FULL = HySparse2.init_weights(CFG)
+PROMPTS = [np.random.default_rng(i).integers(0, CFG.vocab, n) for i, n in enumerate((13, 21, 6, 17))]
+
+
+def test_p_worker_holds_only_self_and_bridges():
+    p = PWorker(CFG, FULL)
+    assert p.model.weights and not any(n.startswith("cross.") or n == "lm_head" for n in p.model.weights)
+    assert any(n.startswith("bridge.") for n in p.model.weights)
+    cache = p.model.prefill_self(PROMPTS[0])
+    with pytest.raises(ValueError, match="not held"):
+        p.model.first_token(cache)                      # P cannot run the Cross-decoder
+    with pytest.raises(ValueError, match="lacks"):
+        PWorker(CFG, {n: w for n, w in FULL.items() if not n.startswith("bridge.")})
+
+
+def test_in_process_handoff_equals_single_process():
+    p, d = PWorker(CFG, FULL), DWorker(CFG, FULL)
+    ref = reference_tokens(CFG, PROMPTS, 5)
+    for req, prompt in enumerate(PROMPTS):
+        b = p.bundle(prompt, chunk_size=5, request=req)
+        arrays = b.to_arrays()
+        d.accept(b.header)
+        d.install(PDBundle.from_arrays(b.header, arrays, CFG, d.digest, payload_digest(arrays)))
+        assert d.generate(req, 5) == ref[req]
+    assert sorted(d.installed) == [0, 1, 2, 3]
+
+
+def test_d_refuses_bundle_from_another_model():
+    other = HySparse2Config(**{**CFG.__dict__, "seed": 7})
+    p, d = PWorker(other, HySparse2.init_weights(other)), DWorker(CFG, FULL)
+    b = p.bundle(PROMPTS[0])
+    with pytest.raises(BundleError, match="config_hash"):
+        d.accept(b.header)
+    same_cfg_other_weights = PWorker(CFG, {**FULL, "embed": FULL["embed"] * 2})
+    with pytest.raises(BundleError, match="weights_hash"):
+        d.accept(same_cfg_other_weights.bundle(PROMPTS[0]).header)
+    assert d.installed == {}
+
+
+def test_run_pd_validates_arguments():
+    with pytest.raises(ValueError, match="backend"):
+        run_pd(PROMPTS, 3, CFG, backend="mpi")
+    with pytest.raises(ValueError, match="prompts\\[0\\]"):
+        run_pd([np.array([CFG.vocab])], 3, CFG)
+    with pytest.raises(ValueError, match="faults"):
+        run_pd(PROMPTS, 3, CFG, faults={0: "explode"})
+    with pytest.raises(ValueError, match="n_new"):
+        run_pd(PROMPTS, 0, CFG)
+
+
+def _wire_bytes(header_req, L, chunk):
+    """What P sends for one accepted request: length + header + payload + 32-byte trailer."""
+    from hybrid_lab.pd_bundle import make_header
+    p = PWorker(CFG, FULL)
+    h = make_header(CFG, p.digest, L, chunk, header_req)
+    return 8 + encode_header(h).size + bundle_bytes(CFG, L)["total"] + 32
+
+
+def test_two_processes_gloo_tokens_refusals_bytes():
+    t0 = time.time()
+    faults = {1: "tamper_dtype", 3: "corrupt_payload"}
+    r = run_pd(PROMPTS, 6, CFG, chunk_size=4, timeout_s=10, faults=faults)
+    P, D = r["P"], r["D"]
+    assert P["error"] is None and D["error"] is None, (P["error"], D["error"])
+    ref = reference_tokens(CFG, PROMPTS, 6)
+    assert D["tokens"] == {0: ref[0], 2: ref[2]}         # token for token, for every accepted prompt
+    assert set(D["refused"]) == {1, 3}
+    assert "'dtype'" in D["refused"][1] and "SHA-256" in D["refused"][3]
+    assert D["installed"] == [0, 2]                       # refused bundles installed nothing
+    assert P["refused_by_d"] == [1]                       # header refusal: P sent no payload
+    for req in (0, 2):
+        assert P["bytes"][req] == D["bytes"][req] == _wire_bytes(req, len(PROMPTS[req]), 4)
+    assert P["bytes"][1] < 1000
+    assert all(not n.startswith("cross.") for n in P["held_weights"])
+    assert time.time() - t0 < 45
+
+
+def test_p_dies_mid_transfer_d_times_out():
+    t0 = time.time()
+    r = run_pd(PROMPTS[:2], 3, CFG, chunk_size=4, timeout_s=3, faults={1: "die_after_chunk:1"})
+    D = r["D"]
+    assert D["error"] is not None and D["error"].startswith("TransferTimeout")
+    assert "request 1" in D["error"] and "2 of 6 KV chunks" in D["error"]
+    assert D["tokens"] == {0: reference_tokens(CFG, PROMPTS[:1], 3)[0]}
+    assert D["installed"] == [0]
+    assert time.time() - t0 < 30
+
+
+def test_p_stalls_mid_transfer_d_times_out():
+    t0 = time.time()
+    r = run_pd(PROMPTS[:1], 3, CFG, chunk_size=4, timeout_s=2, faults={0: "stall_after_chunk:0"})
+    assert r["D"]["error"].startswith("TransferTimeout") and "Timed out" in r["D"]["error"]
+    assert r["D"]["installed"] == []
+    assert r["P"]["error"] is not None                    # the stalled P was ended, not left behind
+    assert time.time() - t0 < 30
+
+
+def test_transfer_timeout_is_a_timeout_error():
+    assert issubclass(TransferTimeout, TimeoutError)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_two_processes_nccl():
+    r = run_pd(PROMPTS[:3], 6, CFG, backend="nccl", chunk_size=4, timeout_s=20)
+    assert r["P"]["error"] is None and r["D"]["error"] is None, (r["P"]["error"], r["D"]["error"])
+    assert r["D"]["tokens"] == dict(enumerate(reference_tokens(CFG, PROMPTS[:3], 6)))

@@ -1,0 +1,206 @@
+"""Plots and explorers of notebook 04 (DeepSeek sparse attention).
+
+Every plot helper returns a matplotlib Figure; each widget only wires sliders to a pure function tested without a
+browser (:func:`topk_explorer_data`, :func:`roofline_summary`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hybrid_lab.attention_stats import attention_probs, oracle_topk, topk_mass, topk_output_error
+from hybrid_lab.dsa_cost import DEEPSEEK_V32, DSAConfig, decode_bytes, decode_crossover, prefill_flops
+from hybrid_lab.lightning_indexer import topk_recall
+from hybrid_lab.tiny_llm import concentrated_attention
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ---------------------------------------------------------------- concentration
+def plot_entropy(entropy: dict, max_entropy):
+    """Mean attention entropy per head, one group of bars per source. entropy: {label: (H,) nats}.
+
+    max_entropy: the uniform-attention maximum ln(#visible keys), one float for all sources or {label: float};
+    it is drawn as a dashed segment over each group.
+    """
+    if not entropy:
+        raise ValueError("entropy is empty")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    x0 = 0
+    for label, ent in entropy.items():
+        ent = np.atleast_1d(np.asarray(ent, dtype=float))
+        ax.bar(x0 + np.arange(ent.size), ent, label=label)
+        mx = max_entropy[label] if isinstance(max_entropy, dict) else max_entropy
+        ax.hlines(mx, x0 - 0.45, x0 + ent.size - 0.55, colors="k", linestyles="--", lw=1)
+        x0 += ent.size + 1
+    ax.set_ylabel("entropy (nats)")
+    ax.set_xticks([])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.5)
+    ax.set_title("attention entropy per head (dashed: uniform = ln #keys)")
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_topk_curves(ks, curves: dict, ylabel: str, title: str = "", logy: bool = False):
+    """One line per source against k. curves: {label: values over ks}."""
+    if not curves:
+        raise ValueError("curves is empty")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for label, y in curves.items():
+        ax.plot(ks, y, "o-", label=label)
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("k (selected keys)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_losses(histories: dict, title: str = "indexer training (KL per query)"):
+    """Training curves. histories: {label: list of per-step losses}; values above ``1e6`` or non-finite (a diverged
+    run) are cut off and the last plotted point of such a run is marked with an x."""
+    if not histories:
+        raise ValueError("histories is empty")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for label, loss in histories.items():
+        loss = np.asarray(loss, dtype=float)
+        ok = np.isfinite(loss) & (loss < 1e6)
+        steps = np.arange(loss.size)[ok]
+        line, = ax.plot(steps, loss[ok], label=label)
+        if not ok.all() and steps.size:
+            ax.plot(steps[-1], loss[ok][-1], "x", color=line.get_color(), ms=9)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("KL(p || softmax(I)) per query")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def topk_explorer_data(concentration: float, k: int, indexer=None, n_train: int = 64, seed: int = 0) -> dict:
+    """Quality of top-k attention on the concentrated synthetic at ``concentration`` (held-out queries).
+
+    Uses :func:`concentrated_attention` (2,048 keys, 128 queries, ``seed``); the last 128 - n_train queries are
+    held out. Returns {"mass": mean top-k mass of the head-averaged probability, "oracle_error": mean relative output error of the ideal top-k,
+    "indexer_recall"/"indexer_error": the same for ``indexer``'s top-k selection (NaN without an indexer)}.
+    """
+    if not (isinstance(k, (int, np.integer)) and k > 0):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    d = concentrated_attention(concentration=concentration, seed=seed)
+    te = slice(n_train, None)
+    q, pos = d.q[:, te], d.q_pos[te]
+    p = attention_probs(q, d.k, scale=1.0, q_pos=pos)
+    out = {"mass": float(topk_mass(p.mean(axis=2), k).mean()),                 # the head-summed, L1-normalized target
+           "oracle_error": float(topk_output_error(q, d.k, d.v, k, scale=1.0, q_pos=pos).mean()),
+           "indexer_recall": float("nan"), "indexer_error": float("nan")}
+    if indexer is not None:
+        _, idx = indexer.select(d.x_queries[te], d.x_keys, k, pos)
+        out["indexer_recall"] = topk_recall(idx, oracle_topk(p, 1, k)[0, :, 0])
+        out["indexer_error"] = float(topk_output_error(q, d.k, d.v, k, scale=1.0, q_pos=pos,
+                                                       idx=idx[None, :, None, :]).mean())
+    return out
+
+
+def plot_topk_explorer(stats: dict, title: str = ""):
+    """Bar chart of :func:`topk_explorer_data`'s numbers (NaN bars are skipped)."""
+    plt = _plt()
+    names = [n for n in ("mass", "oracle_error", "indexer_recall", "indexer_error") if np.isfinite(stats.get(n, np.nan))]
+    if not names:
+        raise ValueError("stats has no finite value to plot")
+    fig, ax = plt.subplots(figsize=(5.5, 3.0))
+    vals = [stats[n] for n in names]
+    bars = ax.bar(names, vals, color=["#4c78a8", "#e45756", "#54a24b", "#f58518"][:len(names)])
+    for b, v in zip(bars, vals):
+        ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, max(1.05, max(vals) * 1.15))
+    ax.set_title(title or "top-k quality on held-out queries")
+    fig.tight_layout()
+    return fig
+
+
+def topk_explorer(indexer=None, concentrations=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0), ks=(32, 64, 128, 256, 512, 1024)):
+    """ipywidgets: concentration and k sliders -> :func:`topk_explorer_data` bars + one printed line."""
+    import ipywidgets as W
+    from IPython.display import display
+
+    plt = _plt()
+
+    def show(concentration, k):
+        stats = topk_explorer_data(concentration, k, indexer)
+        fig = plot_topk_explorer(stats, f"concentration {concentration}, k = {k}")
+        display(fig)
+        plt.close(fig)
+        print("  ".join(f"{n}: {v:.3f}" for n, v in stats.items()))
+
+    return W.interactive(show, concentration=W.SelectionSlider(options=list(concentrations), value=concentrations[-2]),
+                         k=W.SelectionSlider(options=list(ks), value=ks[len(ks) // 2]))
+
+
+# ---------------------------------------------------------------- roofline
+def roofline_summary(L: int, cfg: DSAConfig = DEEPSEEK_V32) -> dict:
+    """Decode and prefill numbers of dense MLA vs DSA at context length L (all computed by :mod:`dsa_cost`)."""
+    dec, pre = decode_bytes(int(L), cfg), prefill_flops(int(L), cfg)
+    return {"L": int(L), "decode_dense_MB": float(dec["dense"]) / 1e6, "decode_dsa_MB": float(dec["dsa"]) / 1e6,
+            "decode_speedup": float(dec["speedup"]), "prefill_dense_PFLOP": float(pre["dense"]) / 1e15,
+            "prefill_dsa_PFLOP": float(pre["dsa"]) / 1e15, "prefill_speedup": float(pre["speedup"])}
+
+
+def plot_roofline(L: int | None = None, cfg: DSAConfig = DEEPSEEK_V32, L_max: int = 131072):
+    """Left: decode bytes per token per layer vs L (crossover marked). Right: prefill speedup vs L. ``L`` is marked."""
+    plt = _plt()
+    Ls = np.unique(np.geomspace(256, L_max, 200).astype(np.int64))
+    dec, pre = decode_bytes(Ls, cfg), prefill_flops(Ls, cfg)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.4))
+    a1.loglog(Ls, dec["dense"] / 1e6, label="dense MLA: latent·L")
+    a1.loglog(Ls, dec["dsa"] / 1e6, label="DSA: key·L + latent·min(L, k)")
+    a1.axvline(decode_crossover(cfg), color="gray", ls=":", label=f"crossover {decode_crossover(cfg):,.0f}")
+    a1.set_xlabel("context length L")
+    a1.set_ylabel("MB read per token per layer")
+    a1.set_title("decode (memory bound)")
+    a1.legend(fontsize=7)
+    a2.semilogx(Ls, pre["speedup"], color="#e45756", label="prefill speedup dense / DSA")
+    a2.semilogx(Ls, dec["speedup"], color="#4c78a8", label="decode speedup dense / DSA")
+    a2.axhline(1.0, color="k", lw=0.8)
+    a2.set_xlabel("context length L")
+    a2.set_ylabel("speedup (x)")
+    a2.set_title("speedup of DSA")
+    a2.legend(fontsize=7)
+    if L is not None:
+        s = roofline_summary(L, cfg)
+        for ax in (a1, a2):
+            ax.axvline(L, color="#54a24b", lw=1.5)
+        a2.plot([L, L], [s["prefill_speedup"], s["decode_speedup"]], "o", color="#54a24b")
+    for ax in (a1, a2):
+        ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def roofline_explorer(cfg: DSAConfig = DEEPSEEK_V32):
+    """ipywidgets: an L slider (log2 steps) -> :func:`plot_roofline` + the :func:`roofline_summary` line."""
+    import ipywidgets as W
+    from IPython.display import display
+
+    plt = _plt()
+
+    def show(L):
+        fig = plot_roofline(L, cfg)
+        display(fig)
+        plt.close(fig)
+        s = roofline_summary(L, cfg)
+        print(f"L = {L:,}: decode speedup {s['decode_speedup']:.2f}x, prefill speedup {s['prefill_speedup']:.2f}x")
+
+    return W.interactive(show, L=W.SelectionSlider(options=[2 ** i for i in range(10, 18)], value=4096))

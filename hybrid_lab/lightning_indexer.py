@@ -1,0 +1,324 @@
+"""DeepSeek-V3.2's lightning indexer (闪电索引器): score every cached token cheaply, keep the top-k for attention.
+
+    I[t, s] = Σ_j w[t, j] · ReLU(q[t, j] · k[s])        (j over a few index heads; ONE key k[s] per token)
+
+q[t, j] (index-head queries) and w[t, j] (head weights) come from the query token's hidden state x_t, k[s] from the
+cached token's hidden state x_s. Few heads, a small dimension and FP8 make it far cheaper per (query, key) pair than
+the main MLA attention, but it still touches every pair: O(L²).
+
+Training (DeepSeek-V3.2 §2.1, as restated in SYLLABUS §04):
+
+1. Dense warm-up: main attention stays dense and frozen; the target p[t, :] is the main attention summed over heads
+   and L1-normalized; loss Σ_t KL(p[t, :] || softmax(I[t, :])). Its gradient w.r.t. the scores is simply
+   softmax(I[t, :]) - p[t, :] (per query).
+2. Sparse stage: the same KL, restricted to (and renormalized over) the selected top-k set; the indexer's input is
+   detached from the main model's graph (here the hidden states are fixed arrays, so nothing flows back anyway).
+
+Two pitfalls this module lets you run: a large random init makes the initial KL huge and plain gradient descent
+diverges (fix: small init, Adam, gradient clipping); without a bias on w, zero-mean hidden states let w flip sign
+on unseen queries, which turns the ranking upside down (fix: ``use_bias=True``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hybrid_lab.backend import swappable
+from hybrid_lab.optim import Adam, clip_grad_norm
+from hybrid_lab.progress import progress
+from hybrid_lab.sparse_attention import topk_indices
+
+
+def _default_q_pos(q_pos, T, S):
+    if q_pos is None:
+        if T > S:
+            raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
+        return S - T + np.arange(T)
+    q_pos = np.asarray(q_pos)
+    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer) or (q_pos < 0).any():
+        raise ValueError(f"q_pos must be a (T={T},) array of integers >= 0, got shape {q_pos.shape} dtype {q_pos.dtype}")
+    return q_pos
+
+
+@swappable("lightning_indexer")
+def lightning_indexer(q, w, k, topk, q_pos=None):
+    """Lightning-indexer scores and the top-k selection (MQA: one index set per query, shared by all its heads).
+
+    q: (B, T, Hi, di) index queries; w: (B, T, Hi) head weights; k: (B, S, di) one shared index key per token;
+    topk: int > 0; q_pos: (T,) absolute query positions, default S - T + arange(T); key s is visible to query t iff
+    s <= q_pos[t] (so q_pos >= S - 1 sees every key).
+    Returns scores: (B, T, S) float, I[t,s] = Σ_j w[t,j]·ReLU(q[t,j]·k[s]), -inf where not visible; and
+    idx: (B, T, topk) int64 = ``topk_indices(scores, topk)`` (descending, ties to the smaller position, -1 padded when
+    fewer than topk keys are visible: topk >= #visible means "all").
+    """
+    q, w, k = np.asarray(q), np.asarray(w), np.asarray(k)
+    if not (isinstance(topk, (int, np.integer)) and topk > 0):
+        raise ValueError(f"topk must be a positive integer, got {topk!r}")
+    if q.ndim != 4:
+        raise ValueError(f"q must be (B, T, Hi, di), got shape {q.shape}")
+    B, T, Hi, di = q.shape
+    if w.shape != (B, T, Hi):
+        raise ValueError(f"w must be (B={B}, T={T}, Hi={Hi}) to match q's index heads, got shape {w.shape}")
+    if k.ndim != 3 or k.shape[0] != B or k.shape[2] != di:
+        raise ValueError(f"k must be (B={B}, S, di={di}) (one shared key per token), got shape {k.shape}")
+    for name, a in (("q", q), ("w", w), ("k", k)):
+        if np.isnan(a).any():
+            raise ValueError(f"{name} contains NaN")
+    S = k.shape[1]
+    pos = _default_q_pos(q_pos, T, S)
+    dtype = np.result_type(q.dtype, w.dtype, k.dtype, np.float32)
+    z = np.einsum("btjd,bsd->btjs", q, k)                               # (B, T, Hi, S) per-head dot products
+    scores = np.einsum("btj,btjs->bts", w, np.maximum(z, 0.0)).astype(dtype, copy=False)
+    visible = np.arange(S)[None, :] <= pos[:, None]                      # (T, S)
+    scores = np.where(visible[None], scores, -np.inf)
+    return scores, topk_indices(scores, topk)
+
+
+# ---------------------------------------------------------------- losses on the scores (the KL of DeepSeek-V3.2)
+def log_softmax(x, axis=-1):
+    """Numerically stable log-softmax; -inf entries stay -inf (probability 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+
+
+def _check_scores_target(I, p):
+    I, p = np.asarray(I, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    if I.ndim != 2 or p.shape != I.shape:
+        raise ValueError(f"scores I and target p must both be (T, S), got I{I.shape} p{p.shape}")
+    if np.isnan(I).any() or np.isnan(p).any():
+        raise ValueError("scores I and target p must not contain NaN")
+    if (p < 0).any() or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-6):
+        raise ValueError("target p must be a probability distribution over each row (>= 0, rows sum to 1)")
+    if ((p > 0) & np.isneginf(I)).any():
+        raise ValueError("target p puts mass on a position whose score is -inf (not visible)")
+    return I, p
+
+
+def _kl(p, logq):
+    """Σ_rows KL(p || q) with 0·log 0 = 0."""
+    safe = p > 0
+    return float(np.sum(np.where(safe, p * (np.log(np.where(safe, p, 1.0)) - np.where(safe, logq, 0.0)), 0.0)))
+
+
+def dense_kl_loss(I, p):
+    """Dense warm-up loss Σ_t KL(p[t] || softmax(I[t])) and its gradient w.r.t. I.
+
+    I: (T, S) indexer scores (-inf where not visible); p: (T, S) target (rows sum to 1). Returns (loss, dI (T, S)):
+    dI[t] = softmax(I[t]) - p[t] (0 at invisible positions).
+    """
+    I, p = _check_scores_target(I, p)
+    logq = log_softmax(I)
+    return _kl(p, logq), np.exp(logq) - p
+
+
+def sparse_kl_loss(I, p, idx):
+    """Sparse-stage loss: KL restricted to each query's selected set, both sides renormalized over it.
+
+    I, p: (T, S) as in :func:`dense_kl_loss`; idx: (T, K) selected positions (-1 padded). Returns (loss, dI (T, S)),
+    dI = softmax_sel(I) - p_sel on the selected set, 0 elsewhere (positions outside the set get no signal).
+    """
+    I, p = _check_scores_target(I, p)
+    idx = np.asarray(idx)
+    if idx.ndim != 2 or idx.shape[0] != I.shape[0] or not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(f"idx must be an integer (T={I.shape[0]}, K) array, got shape {idx.shape} dtype {idx.dtype}")
+    if (idx < -1).any() or (idx >= I.shape[1]).any():
+        raise ValueError(f"idx entries must lie in [-1, S={I.shape[1]})")
+    sel = np.zeros(I.shape, dtype=bool)
+    rows = np.broadcast_to(np.arange(I.shape[0])[:, None], idx.shape)
+    sel[rows[idx >= 0], idx[idx >= 0]] = True
+    sel &= np.isfinite(I)
+    I_sel = np.where(sel, I, -np.inf)
+    p_sel = np.where(sel, p, 0.0)
+    mass = p_sel.sum(axis=-1, keepdims=True)
+    p_sel = p_sel / np.where(mass > 0, mass, 1.0)
+    logq = log_softmax(I_sel)
+    q_sel = np.where(sel, np.exp(logq), 0.0)
+    has = mass[:, 0] > 0                                                # a set with no target mass teaches nothing
+    loss = _kl(p_sel[has], logq[has])
+    dI = np.where(has[:, None], q_sel - p_sel, 0.0)
+    return loss, dI
+
+
+def topk_recall(pred_idx, true_idx) -> float:
+    """Mean fraction of the true top-k positions found by the predicted set: |pred ∩ true| / |true|.
+
+    pred_idx: (..., Kp), true_idx: (..., K), both -1 padded; rows whose true set is empty are skipped.
+    """
+    pred_idx, true_idx = np.asarray(pred_idx), np.asarray(true_idx)
+    if pred_idx.shape[:-1] != true_idx.shape[:-1]:
+        raise ValueError(f"pred_idx and true_idx must share leading dims, got {pred_idx.shape} and {true_idx.shape}")
+    P = pred_idx.reshape(-1, pred_idx.shape[-1])
+    Tt = true_idx.reshape(-1, true_idx.shape[-1])
+    hit = (Tt[:, :, None] == P[:, None, :]).any(-1) & (Tt >= 0)       # (N, K)
+    n_true = (Tt >= 0).sum(-1)
+    ok = n_true > 0
+    if not ok.any():
+        raise ValueError("true_idx has no valid (>= 0) entry")
+    return float(np.mean(hit.sum(-1)[ok] / n_true[ok]))
+
+
+def score_correlation(I, p) -> np.ndarray:
+    """Per query, the Pearson correlation between the indexer scores and the target's log-probabilities.
+
+    I, p: (T, S); only positions where the score is finite and p > 0 count. About +1: same ranking as the main
+    attention; negative: the ranking is (mostly) upside down. Returns (T,), NaN for a row with < 2 such positions.
+    """
+    I, p = np.asarray(I, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    if I.ndim != 2 or I.shape != p.shape:
+        raise ValueError(f"I and p must both be (T, S), got I{I.shape} p{p.shape}")
+    ok = np.isfinite(I) & (p > 0)
+    n = ok.sum(axis=1)
+    x = np.where(ok, I, 0.0)
+    y = np.where(ok, np.log(np.where(ok, p, 1.0)), 0.0)
+    nn = np.maximum(n, 1)[:, None]
+    xc = np.where(ok, x - x.sum(1, keepdims=True) / nn, 0.0)
+    yc = np.where(ok, y - y.sum(1, keepdims=True) / nn, 0.0)
+    den = np.sqrt((xc ** 2).sum(1) * (yc ** 2).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (xc * yc).sum(1) / den
+    return np.where((n >= 2) & (den > 0), r, np.nan)
+
+
+# ---------------------------------------------------------------- the trainable indexer
+class LightningIndexer:
+    """A trainable lightning indexer on hidden states of width ``d_model``.
+
+    Parameters (``self.params``, float64): Wq (D, Hi, di), Ww (D, Hi), bw (Hi,) [only if ``use_bias``], Wk (D, di).
+    q[t, j] = x_t Wq[:, j]; w[t, j] = x_t Ww[:, j] + bw[j]; k[s] = x_s Wk.
+    ``init_scale`` is the std of the Gaussian init of every weight matrix. The bias starts at ``bias_init`` (> 0):
+    a positive constant head weight, like the constant component of a real residual stream, so that every query
+    starts by ranking keys the same way up (w > 0) instead of half of them upside down.
+    """
+
+    def __init__(self, d_model: int, n_heads: int = 4, d_index: int = 16, init_scale: float = 0.02,
+                 use_bias: bool = True, bias_init: float = 1.0, seed: int = 0):
+        for name, val in (("d_model", d_model), ("n_heads", n_heads), ("d_index", d_index)):
+            if not (isinstance(val, (int, np.integer)) and val > 0):
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        if not (np.isfinite(init_scale) and init_scale > 0):
+            raise ValueError(f"init_scale must be a finite number > 0, got {init_scale!r}")
+        rng = np.random.default_rng(seed)
+        self.d_model, self.n_heads, self.d_index, self.use_bias = d_model, n_heads, d_index, use_bias
+        self.params = {
+            "Wq": rng.normal(0, init_scale, (d_model, n_heads, d_index)),
+            "Ww": rng.normal(0, init_scale, (d_model, n_heads)),
+            "Wk": rng.normal(0, init_scale, (d_model, d_index)),
+        }
+        if use_bias:
+            self.params["bw"] = np.full(n_heads, float(bias_init))
+
+    def _check_x(self, x, name):
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.d_model:
+            raise ValueError(f"{name} must be (n, d_model={self.d_model}), got shape {x.shape}")
+        if np.isnan(x).any():
+            raise ValueError(f"{name} contains NaN")
+        return x
+
+    def project(self, x_queries, x_keys):
+        """x_queries: (T, D), x_keys: (S, D) -> q (T, Hi, di), w (T, Hi), k (S, di)."""
+        xq, xk = self._check_x(x_queries, "x_queries"), self._check_x(x_keys, "x_keys")
+        P = self.params
+        q = (xq @ P["Wq"].reshape(self.d_model, -1)).reshape(-1, self.n_heads, self.d_index)
+        w = xq @ P["Ww"] + (P["bw"] if self.use_bias else 0.0)
+        return q, w, xk @ P["Wk"]
+
+    def select(self, x_queries, x_keys, topk, q_pos=None):
+        """Scores (T, S) and top-k idx (T, topk) through the swappable :func:`lightning_indexer`."""
+        q, w, k = self.project(x_queries, x_keys)
+        scores, idx = lightning_indexer(q[None], w[None], k[None], topk, q_pos)
+        return scores[0], idx[0]
+
+    def loss_and_grads(self, x_queries, x_keys, p, q_pos=None, stage="dense", topk=None):
+        """KL loss (``stage`` "dense" or "sparse") and hand-written gradients for every parameter.
+
+        p: (T, S) target (main attention summed over heads, L1-normalized). Returns (loss, grads dict).
+        Vectorized backward through I = Σ_j w_j ReLU(z_j), z_j = q_j · k:
+        dw = Σ_s dI·ReLU(z); dz = dI·w·[z > 0]; dq = dz @ k; dk = Σ_{t,j} dz·q; then the linear maps.
+        """
+        if stage not in ("dense", "sparse"):
+            raise ValueError(f"stage must be 'dense' or 'sparse', got {stage!r}")
+        xq, xk = self._check_x(x_queries, "x_queries"), self._check_x(x_keys, "x_keys")
+        T, S = xq.shape[0], xk.shape[0]
+        p = np.asarray(p, dtype=np.float64)
+        if p.shape != (T, S):
+            raise ValueError(f"p must be (T={T}, S={S}), got shape {p.shape}")
+        pos = _default_q_pos(q_pos, T, S)
+        q, w, k = self.project(xq, xk)
+        Hi, di = self.n_heads, self.d_index
+        qf = q.reshape(T * Hi, di)
+        z = (qf @ k.T).reshape(T, Hi, S)                                 # (T, Hi, S); matmuls go through BLAS
+        a = np.maximum(z, 0.0)
+        I = (w[:, None, :] @ a)[:, 0, :]                                 # Σ_j w[t,j] a[t,j,s]
+        I = np.where(np.arange(S)[None, :] <= pos[:, None], I, -np.inf)
+        if stage == "dense":
+            loss, dI = dense_kl_loss(I, p)
+        else:
+            if not (isinstance(topk, (int, np.integer)) and topk > 0):
+                raise ValueError(f"the sparse stage needs topk, a positive integer; got {topk!r}")
+            loss, dI = sparse_kl_loss(I, p, topk_indices(I, topk))
+        dw = (a @ dI[:, :, None])[:, :, 0]                               # (T, Hi)
+        dz = (dI[:, None, :] * w[:, :, None] * (z > 0)).reshape(T * Hi, S)
+        dq = (dz @ k).reshape(T, Hi, di)
+        dk = dz.T @ qf                                                   # (S, di)
+        grads = {"Wq": (xq.T @ dq.reshape(T, Hi * di)).reshape(self.d_model, Hi, di), "Ww": xq.T @ dw,
+                 "Wk": xk.T @ dk}
+        if self.use_bias:
+            grads["bw"] = dw.sum(axis=0)
+        return loss, grads
+
+
+def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 300, lr: float = 1e-2,
+                  optimizer: str = "adam", clip: float | None = 1.0, stage: str = "dense", topk: int | None = None,
+                  q_pos=None, show_progress: bool = True, desc: str = "training indexer") -> dict:
+    """Train ``indexer`` in place on one batch of queries (full-batch steps).
+
+    optimizer: "adam" (hybrid_lab.optim.Adam) or "sgd" (plain gradient descent); clip: global-norm clipping threshold
+    or None. Stops early when the loss or a parameter stops being finite (divergence).
+    Returns {"loss": list of per-step losses (mean over queries), "diverged": bool, "steps": steps run}.
+    """
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    if not (isinstance(steps, (int, np.integer)) and steps > 0):
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    T = np.asarray(x_queries).shape[0]
+    opt = Adam(indexer.params, lr=lr) if optimizer == "adam" else None
+    history = {"loss": [], "diverged": False, "steps": 0}
+    it = progress(range(steps), total=steps, desc=desc) if show_progress else range(steps)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in it:
+            try:
+                loss, grads = indexer.loss_and_grads(x_queries, x_keys, p, q_pos, stage, topk)
+            except ValueError:                                          # NaN scores: the run has diverged
+                history["diverged"] = True
+                break
+            history["loss"].append(loss / T)
+            history["steps"] += 1
+            if not np.isfinite(loss) or not all(np.isfinite(g).all() for g in grads.values()):
+                history["diverged"] = True
+                break
+            if clip is not None:
+                clip_grad_norm(grads, clip)
+            if opt is not None:
+                opt.step(grads)
+            else:
+                for name, g in grads.items():
+                    indexer.params[name] -= lr * g
+    if hasattr(it, "close"):
+        it.close()
+    return history
+
+
+def attention_target(q, k, scale=1.0, q_pos=None):
+    """DSA's dense warm-up target for a single sequence: main attention summed over heads, L1-normalized.
+
+    q: (1, T, H, d), k: (1, S, Hkv, d) -> p: (T, S), rows sum to 1.
+    """
+    from hybrid_lab.attention_stats import attention_probs
+
+    pr = attention_probs(q, k, scale=scale, q_pos=q_pos)[0]            # (T, H, S)
+    s = pr.sum(axis=1)
+    return s / s.sum(axis=-1, keepdims=True)

@@ -1,0 +1,36 @@
+"""GPU track: Triton kernels that are twins of the numpy core's swappable ops.
+
+Layout (one module per kernel, each with a torch wrapper taking/returning torch tensors):
+
+- ``sparse_attention``   token-level sparse attention (index set per query and KV group, one softmax)
+- ``lightning_indexer``  DSA indexer scores Σ_j w·ReLU(q·k) + deterministic top-k
+- ``fa_decode_topk``     HySparse2's full-attention decode that also returns top-k positions
+- ``selective_scan``     Mamba-1 chunked selective scan (prefill) and one decode step
+- ``ssd``                Mamba-2 SSD chunked scan (intra-chunk masked matmul on tensor cores)
+- ``block_sparse``       InfLLM-V2 / SparDA block-sparse attention over 64-token blocks
+- ``numpy_api``          numpy in / numpy out, what ``hybrid_lab.use_backend("triton")`` calls
+
+Without a CUDA GPU the kernels run in Triton's interpreter on CPU tensors. ``TRITON_INTERPRET=1`` must be set
+before any ``@triton.jit`` function is defined, so it is set here, on import of the package, when no GPU is seen.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # the backend reports the missing extra
+        return False
+    return torch.cuda.is_available()
+
+
+if not _cuda_available():
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        # triton's own library functions (tl.zeros, ...) were already compiled for a GPU: too late to interpret
+        raise RuntimeError("no CUDA GPU: set TRITON_INTERPRET=1 before importing triton, or import gpu_track first")
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -1,0 +1,586 @@
+"""Benchmarks of the six kernels on a GPU, against the machine's ceilings and against peers on the same inputs.
+
+    python -m gpu_track.bench --out gpu_track/results/h200.json
+
+Method (the device README's): first measure the ceilings (a large device-to-device copy, counting bytes read AND
+written; an 8192^3 bf16 matmul on random data), then time each kernel with the median of
+``triton.testing.do_bench`` at realistic shapes, with the bytes it must move and the FLOPs it must do counted by
+hand. ``frac_bw = bytes / time / copy_GBps``: the fraction of the copy bandwidth the kernel reaches. Peers run on
+the same inputs: torch eager references, torch.compile, FlexAttention with the same block mask, torch gather +
+SDPA, and flash-linear-attention's ``chunk_simple_gla`` for the SSD scan.
+
+Each section is guarded: an exception is recorded under ``errors`` and the run continues; the JSON is rewritten
+after every row so a run cut short still leaves its rows.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from gpu_track import block_sparse, fa_decode_topk, lightning_indexer, selective_scan, sparse_attention, ssd
+
+BF16 = torch.bfloat16
+DEV = "cuda"
+RESULT: dict = {}
+OUT_PATHS: list = []
+QUICK = False
+DRY = False   # --dry-cpu: tiny shapes on CPU under the interpreter, to test this script without a GPU
+
+
+def save():
+    for p in OUT_PATHS:
+        os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+        with open(p, "w") as f:
+            json.dump(RESULT, f, indent=1)
+
+
+def bench(fn, rep=100):
+    """Median milliseconds over repeated launches (do_bench flushes L2 between runs)."""
+    if DRY:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    return float(do_bench(fn, warmup=25, rep=rep, return_mode="median"))
+
+
+L2_ROTATE_BYTES = 512 * 2 ** 20   # > 8x the H200's 60 MB L2
+
+
+def n_copies(nbytes):
+    """Input sets to cycle through so that one pass over them moves > L2_ROTATE_BYTES (data from HBM, not L2)."""
+    return 1 if DRY else max(1, min(32, math.ceil(L2_ROTATE_BYTES / max(nbytes, 1))))
+
+
+def bench_graph(calls, rep=100):
+    """Median ms per call for short (decode) launches: the calls, cycling over distinct input sets, are replayed
+    from a CUDA graph, so Python launch overhead (tens of microseconds) does not hide the GPU time, as in a serving
+    engine that replays graphs. Falls back to do_bench if capture fails."""
+    def run():
+        for c in calls:
+            c()
+    if DRY:
+        return bench(run) / len(calls)
+    try:
+        run()
+        torch.cuda.synchronize()
+        return float(triton.testing.do_bench_cudagraph(run, rep=rep, return_mode="median")) / len(calls)
+    except Exception as e:  # noqa: BLE001
+        RESULT["errors"].append({"section": "graph capture", "error": repr(e)[:300]})
+        return bench(run) / len(calls)
+
+
+def try_graph(calls, rep=100):
+    try:
+        return bench_graph(calls, rep)
+    except Exception as e:  # noqa: BLE001
+        RESULT["errors"].append({"section": "peer (graph)", "error": repr(e)[:300]})
+        return None
+
+
+def row(kernel, phase, shape, ms, nbytes, flops, peers: dict, **extra):
+    peers = {k: v for k, v in peers.items() if v is not None}
+    best = min(peers, key=peers.get) if peers else None
+    r = {"kernel": kernel, "phase": phase, "shape": shape, "ms": round(ms, 5), "bytes": int(nbytes),
+         "flops": int(flops), "frac_bw": round(nbytes / (ms * 1e-3) / 1e9 / RESULT["copy_GBps"], 4),
+         "TFLOPs": round(flops / (ms * 1e-3) / 1e12, 2),
+         "peer": best, "peer_ms": None if best is None else round(peers[best], 5),
+         "peers": {k: round(v, 5) for k, v in peers.items()}}
+    r.update(extra)
+    RESULT["rows"].append(r)
+    print(f"{kernel:24s} {phase:7s} {json.dumps(shape):70s} {ms:8.4f} ms  frac_bw {r['frac_bw']:.3f}  "
+          f"{r['TFLOPs']:7.1f} TF/s  peers {r['peers']}", flush=True)
+    save()
+
+
+def guarded(name, fn):
+    t0 = time.time()
+    try:
+        fn()
+    except Exception as e:  # record and go on: one broken peer must not lose the other rows
+        RESULT["errors"].append({"section": name, "error": repr(e)[:500], "trace": traceback.format_exc()[-1500:]})
+        print(f"!! {name}: {e!r}", flush=True)
+        save()
+    print(f"-- {name}: {time.time() - t0:.1f} s", flush=True)
+
+
+def try_ms(fn, rep=100):
+    try:
+        fn()
+        if not DRY:
+            torch.cuda.synchronize()
+        return bench(fn, rep)
+    except Exception as e:
+        RESULT["errors"].append({"section": getattr(fn, "__name__", "peer"), "error": repr(e)[:300]})
+        return None
+
+
+def compiled(fn):
+    """torch.compile'd peer (None if compilation fails)."""
+    try:
+        return torch.compile(fn, dynamic=False)
+    except Exception:
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ ceilings
+def ceilings():
+    n = 2 * 1024 ** 3 // 2 if not DRY else 2 ** 20  # 2 GiB of bf16 per buffer
+    a = torch.randn(n, device=DEV, dtype=BF16)
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a))
+    RESULT["copy_GBps"] = round(2 * a.numel() * 2 / (ms * 1e-3) / 1e9, 1)
+    del a, b
+    n = 8192 if not DRY else 256
+    x = torch.randn(n, n, device=DEV, dtype=BF16)
+    y = torch.randn(n, n, device=DEV, dtype=BF16)
+    ms = bench(lambda: x @ y)
+    RESULT["bf16_TFLOPs"] = round(2 * n ** 3 / (ms * 1e-3) / 1e12, 1)
+    print(f"copy {RESULT['copy_GBps']} GB/s, bf16 matmul {RESULT['bf16_TFLOPs']} TFLOP/s", flush=True)
+    save()
+
+
+# ------------------------------------------------------------------------------------------------ token-sparse
+def random_index(B, T, Hkv, S, K, window=0):
+    """K unique positions per (b, t, group) among the first S (window ∪ top-k style: the last `window` forced)."""
+    r = torch.rand(B * T * Hkv, S, device=DEV)
+    if window:
+        r[:, S - window:] = 2.0                      # forced local window
+    return r.topk(K, dim=-1).indices.reshape(B, T, Hkv, K).to(torch.int32)
+
+
+def gather_sdpa(q, k, v, idx):
+    """Peer: gather the selected K/V rows with torch, then SDPA (GQA) per query token."""
+    B, T, Hq, d = q.shape
+    Hkv, K = idx.shape[2], idx.shape[3]
+    ii = idx.long().clamp_min(0)
+    bi = torch.arange(B, device=q.device)[:, None, None, None]
+    gi = torch.arange(Hkv, device=q.device)[None, None, :, None]
+    ks = k[bi, ii, gi]                                # (B, T, Hkv, K, d)
+    vs = v[bi, ii, gi]
+    qq = q.reshape(B * T, Hq, 1, d)
+    ks = ks.reshape(B * T, Hkv, K, d)
+    vs = vs.reshape(B * T, Hkv, K, vs.shape[-1])
+    o = torch.nn.functional.scaled_dot_product_attention(qq, ks, vs, enable_gqa=True)
+    return o.reshape(B, T, Hq, -1)
+
+
+def sparse_attention_rows():
+    Hq, Hkv, d = 32, 4, 128
+    shapes = [(64, 32768, 2048), (64, 32768, 1152), (8, 131072, 2048), (8, 131072, 1152), (1, 131072, 2048)]
+    if QUICK:
+        shapes = shapes[:2]
+    if DRY:
+        shapes = [(2, 300, 40), (2, 300, 1152 // 16)]
+    cfg_best = None
+    for B, S, K in shapes:
+        k = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+        v = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+        q = torch.randn(B, 1, Hq, d, device=DEV, dtype=BF16)
+        nbytes = B * Hkv * K * 2 * d * 2 + q.numel() * 2 * 2 + B * Hkv * K * 4
+        idxs = [random_index(B, 1, Hkv, S, K, window=128 if K == 1152 else 0) for _ in range(n_copies(nbytes))]
+        sorted_idxs = [i.sort(dim=-1).values for i in idxs]
+
+        def ours(c, ii):
+            return [lambda i=i: sparse_attention.sparse_attention(q, k, v, i, block_k=c[0], num_warps=c[1], num_stages=c[2],
+                                                                  nsplit=c[3]) for i in ii]
+        if cfg_best is None:                          # manual autotune on the first shape (interpreter: never)
+            nb = triton.cdiv(K, 32)
+            base = max(1, min(nb, 528 // (B * Hkv)))
+            cands = [(bk, nw, ns, sp) for bk in (32, 64) for nw in (4, 8) for ns in (2, 3, 4) for sp in (base, 2 * base)]
+            cands = cands if not DRY else cands[:1]
+            times = {c: bench_graph(ours(c, idxs), 50) for c in cands}
+            cfg_best = min(times, key=times.get)
+            RESULT["config"]["sparse_attention"] = {"block_k": cfg_best[0], "num_warps": cfg_best[1],
+                                                    "num_stages": cfg_best[2], "nsplit_at_B64": cfg_best[3]}
+        c = cfg_best[:3] + (None if B != shapes[0][0] else cfg_best[3],)
+        ms = bench_graph(ours(c, idxs))
+        ms_sorted = bench_graph(ours(c, sorted_idxs))
+        flops = 2 * B * Hq * K * 2 * d
+        peers = {"torch gather+SDPA (eager)": try_graph([lambda i=i: gather_sdpa(q, k, v, i) for i in idxs])}
+        if B == 8 and K == 2048:
+            cg = compiled(gather_sdpa)
+            if cg:
+                peers["torch gather+SDPA (torch.compile)"] = try_ms(lambda: cg(q, k, v, idxs[0]))
+        row("sparse_attention", "decode", {"B": B, "S": S, "K": K, "Hq": Hq, "Hkv": Hkv, "d": d, "dtype": "bf16"},
+            ms, nbytes, flops, peers, input_sets=len(idxs), ms_sorted_idx=round(ms_sorted, 5),
+            note="CUDA-graph replay over input sets cycling past the L2; ms_sorted_idx: same sets sorted by position")
+        del k, v
+    # prefill: every query of an 8K prompt reads its own 2,048 positions
+    B, T, S, K = (1, 8192, 8192, 2048) if not DRY else (1, 8, 64, 16)
+    k = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+    v = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+    q = torch.randn(B, T, Hq, d, device=DEV, dtype=BF16)
+    idx = random_index(B, T, Hkv, S, K)
+    bk, nw, ns, _ = cfg_best
+    ms = bench(lambda: sparse_attention.sparse_attention(q, k, v, idx, block_k=bk, num_warps=nw, num_stages=ns), 50)
+    nbytes = B * T * Hkv * K * 2 * d * 2 + 2 * q.numel() * 2 + idx.numel() * 4
+    row("sparse_attention", "prefill", {"B": B, "T": T, "S": S, "K": K, "Hq": Hq, "Hkv": Hkv, "d": d, "dtype": "bf16"},
+        ms, nbytes, 2 * B * T * Hq * K * 2 * d, {"torch gather+SDPA (eager)": try_ms(lambda: gather_sdpa(q, k, v, idx), 20)},
+        note="no causal structure used: each query gathers its own rows (the rows reuse comes only from L2)")
+
+
+# ------------------------------------------------------------------------------------------------ indexer
+def indexer_torch(q, w, k):
+    """Peer: the same scores in torch (einsum -> ReLU -> weighted sum), causal mask by position."""
+    S, T = k.shape[1], q.shape[1]
+    z = torch.einsum("btjd,bsd->btjs", q, k).float().relu_()
+    sc = torch.einsum("btj,btjs->bts", w.float(), z)
+    vis = torch.arange(S, device=q.device)[None, :] <= torch.arange(S - T, S, device=q.device)[:, None]
+    return sc.masked_fill(~vis, float("-inf"))
+
+
+def indexer_rows():
+    Hi, di = 64, 128
+    shapes = [(64, 131072), (64, 32768), (8, 131072), (1, 131072)] if not QUICK else [(8, 131072)]
+    shapes = shapes if not DRY else [(8, 3000)]
+    cfg = None
+    for B, S in shapes:
+        nbytes = B * S * di * 2 + B * S * 4 + B * Hi * di * 2 + B * Hi * 2
+        ks = [torch.randn(B, S, di, device=DEV, dtype=BF16) for _ in range(n_copies(nbytes))]
+        q = torch.randn(B, 1, Hi, di, device=DEV, dtype=BF16)
+        w = torch.rand(B, 1, Hi, device=DEV, dtype=BF16)
+
+        def ours(c):
+            return [lambda k=k: lightning_indexer.indexer_scores(q, w, k, block_s=c[0], num_warps=c[1], num_stages=c[2])
+                    for k in ks]
+        if cfg is None:
+            cands = [(bs, nw, ns) for bs in (64, 128, 256) for nw in (4, 8) for ns in (2, 3, 4)]
+            cands = cands if not DRY else cands[:1]
+            times = {}
+            for c in cands:
+                try:
+                    times[c] = bench_graph(ours(c), 50)
+                except Exception as e:  # noqa: BLE001  (a config may not fit in shared memory)
+                    RESULT["errors"].append({"section": f"indexer config {c}", "error": repr(e)[:200]})
+            cfg = min(times, key=times.get)
+            RESULT["config"]["lightning_indexer"] = {"block_s": cfg[0], "num_warps": cfg[1], "num_stages": cfg[2]}
+        ms = bench_graph(ours(cfg))
+        scores = lightning_indexer.indexer_scores(q, w, ks[0], block_s=cfg[0], num_warps=cfg[1], num_stages=cfg[2])
+        topk_ms = bench(lambda: torch.topk(scores, min(2048, S), dim=-1))
+        peers = {"torch einsum (eager)": try_graph([lambda k=k: indexer_torch(q, w, k) for k in ks])}
+        if B == 8:
+            ci = compiled(indexer_torch)
+            peers["torch einsum (torch.compile)"] = try_ms(lambda: ci(q, w, ks[0])) if ci else None
+        row("lightning_indexer", "decode", {"B": B, "S": S, "Hi": Hi, "di": di, "dtype": "bf16"}, ms, nbytes,
+            2 * B * Hi * di * S, peers, topk_ms_k2048=round(topk_ms, 5), input_sets=len(ks),
+            note="score pass timed (CUDA-graph replay over input sets past the L2); top-k (torch.topk, k=2048) "
+                 "timed separately in topk_ms_k2048")
+        del ks
+    B, T, S = (1, 8192, 8192) if not DRY else (1, 8, 64)
+    k = torch.randn(B, S, di, device=DEV, dtype=BF16)
+    q = torch.randn(B, T, Hi, di, device=DEV, dtype=BF16)
+    w = torch.rand(B, T, Hi, device=DEV, dtype=BF16)
+    ms = bench(lambda: lightning_indexer.indexer_scores(q, w, k), 50)
+    row("lightning_indexer", "prefill", {"B": B, "T": T, "S": S, "Hi": Hi, "di": di, "dtype": "bf16"}, ms,
+        B * S * di * 2 + B * T * S * 4 + q.numel() * 2, 2 * B * T * Hi * di * S,
+        {"torch einsum (eager)": try_ms(lambda: indexer_torch(q, w, k), 20)},
+        note="prefill scores are compute-bound: compare TFLOPs with bf16_TFLOPs (causal half not skipped)")
+
+
+# ------------------------------------------------------------------------------------------------ FA decode + top-k
+def fa_torch(q, k, v, window, topk):
+    """Peer: exact attention in torch with explicit probabilities, group sum, then top-k."""
+    B, Hq, d = q.shape
+    S, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    lg = torch.einsum("bgjd,bsgd->bgjs", q.reshape(B, Hkv, G, d).float(), k.float()) * d ** -0.5
+    p = lg.softmax(-1)
+    o = torch.einsum("bgjs,bsgd->bgjd", p, v.float()).reshape(B, Hq, -1)
+    sc = p.sum(2)
+    sc[..., S - window:] = float("-inf")
+    return o, sc.topk(topk, dim=-1).indices
+
+
+def fa_rows():
+    Hq, Hkv, d, topk, window = 32, 4, 128, 1024, 128
+    shapes = [(1, 131072), (8, 131072), (64, 32768), (16, 131072)] if not QUICK else [(8, 131072)]
+    if DRY:
+        shapes, topk = [(2, 2000)], 64
+    for B, S in shapes:
+        nbytes = B * S * Hkv * 2 * d * 2 + 2 * B * Hq * d * 2 + B * Hkv * S * 4
+        sets = [(torch.randn(B, Hq, d, device=DEV, dtype=BF16), torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16),
+                 torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)) for _ in range(n_copies(nbytes))]
+        q, k, v = sets[0]
+        ms = bench_graph([lambda st=st: fa_decode_topk.fa_decode(st[0], st[1], st[2], window) for st in sets])
+        _, score = fa_decode_topk.fa_decode(q, k, v, window)
+        topk_ms = bench(lambda: torch.topk(score, topk, dim=-1))
+        peers = {"SDPA (attention only, no scores)": try_graph([
+            lambda st=st: torch.nn.functional.scaled_dot_product_attention(
+                st[0][:, :, None], st[1].transpose(1, 2), st[2].transpose(1, 2), enable_gqa=True) for st in sets])}
+        if B * S <= 8 * 131072:
+            peers["torch eager (softmax + group sum + topk)"] = try_ms(lambda: fa_torch(q, k, v, window, topk), 20)
+        row("fa_decode_topk", "decode", {"B": B, "S": S, "Hq": Hq, "Hkv": Hkv, "d": d, "topk": topk, "window": window,
+                                         "dtype": "bf16"}, ms, nbytes, 2 * B * Hq * S * 2 * d, peers,
+            topk_ms=round(topk_ms, 5), input_sets=len(sets),
+            note="attention + group scores timed (CUDA-graph replay) (3 launches, logits scratch G*4 B/position written and read "
+                 "again, not counted in bytes); top-k by torch.topk timed separately in topk_ms")
+        del k, v, sets
+
+
+# ------------------------------------------------------------------------------------------------ Mamba-1
+def scan_torch_steps(x, dt, A, B, C, D):
+    """Peer: the recurrence in torch, one step at a time (what a framework does without a fused kernel)."""
+    Bt, L, Dm = x.shape
+    h = torch.zeros(Bt, Dm, A.shape[1], device=x.device)
+    ys = []
+    for t in range(L):
+        h = torch.exp(dt[:, t, :, None].float() * A) * h + (dt[:, t] * x[:, t]).float()[:, :, None] * B[:, t, None, :].float()
+        ys.append(torch.einsum("bdn,bn->bd", h, C[:, t].float()))
+    return torch.stack(ys, 1) + D * x.float()
+
+
+def scan_rows():
+    Dm, N = 5120, 16                                   # Mamba-2.8B: d_inner 5120, d_state 16
+    shapes = [(1, 8192), (4, 8192), (2, 32768)] if not QUICK else [(1, 8192)]
+    if DRY:
+        Dm, shapes = 32, [(1, 40)]
+    cfg = None
+    for Bt, L in shapes:
+        x = torch.randn(Bt, L, Dm, device=DEV, dtype=BF16)
+        dt = torch.nn.functional.softplus(torch.randn(Bt, L, Dm, device=DEV) - 4).to(BF16)
+        A = -torch.rand(Dm, N, device=DEV) * 4 - 0.5
+        Bm = torch.randn(Bt, L, N, device=DEV, dtype=BF16)
+        Cm = torch.randn(Bt, L, N, device=DEV, dtype=BF16)
+        D = torch.ones(Dm, device=DEV)
+        if cfg is None:
+            cands = [("chunked", ch, bd, nw) for ch in (16, 32) for bd in (8, 16, 32) for nw in (2, 4) if ch * bd <= 512]
+            cands += [("sequential", 1, bd, nw) for bd in (16, 32, 64, 128) for nw in (1, 2, 4)]
+            cands = cands if not DRY else cands[:1] + cands[-1:]
+            times = {c: bench(lambda c=c: selective_scan.selective_scan(x, dt, A, Bm, Cm, D, chunk=c[1], block_d=c[2], num_warps=c[3], out_dtype=BF16, variant=c[0]), 30) for c in cands}
+            cfg = min(times, key=times.get)
+            RESULT["config"]["selective_scan"] = {"variant": cfg[0], "chunk": cfg[1], "block_d": cfg[2], "num_warps": cfg[3]}
+            best_chunked = min((c for c in times if c[0] == "chunked"), key=times.get)
+            RESULT["config"]["selective_scan_variants_ms"] = {"best chunked": [list(best_chunked), round(times[best_chunked], 4)],
+                                                               "best sequential": [list(min((c for c in times if c[0] == "sequential"), key=times.get)),
+                                                                                   round(min(v for c, v in times.items() if c[0] == "sequential"), 4)]}
+        ms = bench(lambda: selective_scan.selective_scan(x, dt, A, Bm, Cm, D, chunk=cfg[1], block_d=cfg[2],
+                                                         num_warps=cfg[3], out_dtype=BF16, variant=cfg[0]))
+        nbytes = Bt * L * Dm * 2 * 3 + 2 * Bt * L * N * 2 + Bt * Dm * N * 4
+        flops = Bt * L * Dm * N * 9                    # exp, 2 mul for a/u, scan combine, C dot: ~9 per (t, d, n)
+        peers = {}
+        if Bt == 1 and L == 8192 and not DRY:
+            t0 = torch.cuda.Event(enable_timing=True)
+            t1 = torch.cuda.Event(enable_timing=True)
+            scan_torch_steps(x[:, :64], dt[:, :64], A, Bm[:, :64], Cm[:, :64], D)
+            t0.record()
+            scan_torch_steps(x, dt, A, Bm, Cm, D)
+            t1.record()
+            torch.cuda.synchronize()
+            peers["torch eager step loop (1 run)"] = t0.elapsed_time(t1)
+        row("selective_scan", "prefill", {"Bt": Bt, "L": L, "Dm": Dm, "N": N, "dtype": "bf16"}, ms, nbytes, flops, peers)
+    for Bt in ((64, 256) if not DRY else (2,)):
+        x = torch.randn(Bt, Dm, device=DEV, dtype=BF16)
+        dt = torch.nn.functional.softplus(torch.randn(Bt, Dm, device=DEV) - 4).to(BF16)
+        Bm, Cm = torch.randn(Bt, N, device=DEV, dtype=BF16), torch.randn(Bt, N, device=DEV, dtype=BF16)
+        nbytes = Bt * Dm * N * 4 * 2 + Bt * Dm * 2 * 2 * 2
+        hs = [torch.randn(Bt, Dm, N, device=DEV) for _ in range(n_copies(nbytes))]
+        ms = bench_graph([lambda h=h: selective_scan.selective_scan_step(x, dt, A, Bm, Cm, D, h) for h in hs])
+        eager = [lambda h=h: (torch.exp(dt[:, :, None].float() * A) * h + (dt * x).float()[:, :, None] * Bm[:, None, :].float()) for h in hs]
+        row("selective_scan", "decode", {"Bt": Bt, "Dm": Dm, "N": N, "dtype": "bf16 in, fp32 state"}, ms,
+            nbytes, Bt * Dm * N * 6, {"torch eager (state update only)": try_graph(eager)}, input_sets=len(hs))
+
+
+# ------------------------------------------------------------------------------------------------ Mamba-2 SSD
+def ssd_rows():
+    H, P, N = 80, 64, 128                              # Mamba-2 2.7B: d_inner 5120 = 80 heads x 64, d_state 128
+    try:
+        from fla.ops.simple_gla import chunk_simple_gla
+    except Exception as e:  # noqa: BLE001
+        chunk_simple_gla = None
+        RESULT["errors"].append({"section": "fla import", "error": repr(e)[:300]})
+    shapes = [(1, 8192), (4, 8192), (1, 32768), (2, 32768)] if not QUICK else [(1, 8192)]
+    if DRY:
+        H, shapes = 2, [(1, 100)]
+    cfg, top = None, None
+    for Bt, L in shapes:
+        x = torch.randn(Bt, L, H, P, device=DEV, dtype=BF16)
+        dt = torch.nn.functional.softplus(torch.randn(Bt, L, H, device=DEV) - 3)
+        A = -torch.rand(H, device=DEV) * 2 - 0.5
+        Bm = torch.randn(Bt, L, N, device=DEV, dtype=BF16) * N ** -0.5
+        Cm = torch.randn(Bt, L, N, device=DEV, dtype=BF16) * N ** -0.5
+
+        def run_ssd(c, out=BF16):
+            return ssd.ssd_chunked(x, dt, A, Bm, Cm, chunk=c[0], block_p=c[1], num_warps=c[2], num_stages=c[3],
+                                   out_dtype=out, two_pass=c[4], block_n_states=c[5], states_dtype=c[6])
+        if cfg is None:
+            cands = [(ch, bp, nw, ns, False, 0, None) for ch in (32, 64) for bp in (32, 64) for nw in (4, 8) for ns in (1, 3)]
+            cands += [(ch, bp, nw, 2, True, bn, BF16) for ch in (32, 64) for bp in (32, 64) for nw in (4, 8) for bn in (32, 64)]
+            cands = cands if not DRY else cands[:1] + cands[-1:]
+            times = {}
+            for c in cands:
+                try:
+                    times[c] = bench(lambda c=c: run_ssd(c), 30)
+                except Exception as e:  # a config can run out of shared memory / registers
+                    RESULT["errors"].append({"section": f"ssd config {c}", "error": repr(e)[:200]})
+            top = sorted(times, key=times.get)[:4]
+            top_two = min((c for c in times if c[4]), key=times.get)
+            top_one = min((c for c in times if not c[4]), key=times.get)
+            top = list(dict.fromkeys(top + [top_two, top_one]))
+            RESULT["config"]["ssd_chunked_candidates"] = [list(c[:6]) + [str(c[6])] for c in top]
+        per_shape = {c: bench(lambda c=c: run_ssd(c), 50) for c in top}
+        cfg = min(per_shape, key=per_shape.get)
+        ms = per_shape[cfg]
+        fused_ms = min(v for c, v in per_shape.items() if not c[4])
+        two_ms = min(v for c, v in per_shape.items() if c[4])
+        Q = cfg[0]
+        nbytes = Bt * L * H * P * 2 * 2 + Bt * L * H * 4 + 2 * Bt * L * N * 2 + Bt * H * P * N * 4
+        flops = Bt * L * H * (2 * Q * N + 2 * Q * P + 4 * N * P)
+        peers = {}
+        if chunk_simple_gla is not None:
+            qh = Cm[:, :, None, :].expand(Bt, L, H, N).contiguous()
+            kh = Bm[:, :, None, :].expand(Bt, L, H, N).contiguous()
+            vh = (x.float() * dt[..., None]).to(BF16)
+            g = (dt * A).float()
+            peers["fla chunk_simple_gla"] = try_ms(lambda: chunk_simple_gla(qh, kh, vh, g=g, scale=1.0, output_final_state=True))
+            if Bt == 1 and L == 8192:   # same function? (fla's y excludes D; ours without D too)
+                y_ours, _ = run_ssd(cfg, torch.float32)
+                y_fla, _ = chunk_simple_gla(qh, kh, vh, g=g, scale=1.0, output_final_state=True)
+                RESULT["checks"]["ssd_vs_fla_rel_err"] = float((y_ours - y_fla.float()).norm() / y_fla.float().norm())
+        row("ssd_chunked", "prefill", {"Bt": Bt, "L": L, "H": H, "P": P, "N": N, "dtype": "bf16"}, ms, nbytes, flops,
+            peers, config={"chunk": cfg[0], "block_p": cfg[1], "num_warps": cfg[2], "num_stages": cfg[3],
+                           "two_pass": cfg[4], "block_n_states": cfg[5], "states_dtype": str(cfg[6])},
+            fused_ms=round(fused_ms, 5), two_pass_ms=round(two_ms, 5),
+            note="two_pass writes and reads the chunk start states (bf16), not counted in bytes; "
+                 "fla's inputs get B/C expanded to every head (it has no shared-group form) and Δx precomputed")
+
+
+# ------------------------------------------------------------------------------------------------ block-sparse
+def block_lists(B, T, Hkv, S, nb, bs=64, tile=64, n_init=1, n_local=2):
+    """InfLLM-V2-like selection, shared by each tile of 64 queries: init block, local blocks, random top-k."""
+    nq = triton.cdiv(T, tile)
+    nblk = triton.cdiv(S, bs)
+    qpos_tile_end = (S - T) + torch.clamp(torch.arange(nq, device=DEV) * tile + tile - 1, max=T - 1)
+    cur = qpos_tile_end // bs                                            # (nq,)
+    r = torch.rand(B, nq, Hkv, nblk, device=DEV)
+    ar = torch.arange(nblk, device=DEV)
+    future = ar[None, None, None, :] > cur[None, :, None, None]
+    r = r.masked_fill(future, -1.0)
+    r[..., :n_init] = 3.0
+    local = (ar[None, :] <= cur[:, None]) & (ar[None, :] > cur[:, None] - n_local)
+    r = torch.where(local[None, :, None, :], torch.full_like(r, 2.0), r)
+    sel = r.topk(min(nb, nblk), dim=-1)
+    ids = torch.where(sel.values >= 0, sel.indices, torch.full_like(sel.indices, -1))
+    return ids.repeat_interleave(tile, dim=1)[:, :T].to(torch.int32).contiguous()
+
+
+def block_sparse_rows():
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    flex = torch.compile(flex_attention, dynamic=False) if not DRY else flex_attention
+    Hq, Hkv, d, bs = 32, 2, 128, 64
+    shapes = [(1, 8192, 32), (1, 32768, 32), (2, 16384, 64)] if not QUICK else [(1, 8192, 32)]
+    if DRY:
+        Hq, shapes = 4, [(1, 192, 2)]
+    cfg = None
+    for B, T, nb in shapes:
+        S = T
+        q = torch.randn(B, T, Hq, d, device=DEV, dtype=BF16)
+        k = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+        v = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+        bidx = block_lists(B, T, Hkv, S, nb)
+        if cfg is None:
+            cands = [(bt, nw, ns) for bt in (4, 8) for nw in (4, 8) for ns in (2, 3)]
+            cands = cands if not DRY else cands[:1]
+            times = {c: bench(lambda c=c: block_sparse.block_sparse_attention(q, k, v, bidx, bs, block_t=c[0], num_warps=c[1], num_stages=c[2]), 30) for c in cands}
+            cfg = min(times, key=times.get)
+            RESULT["config"]["block_sparse_attention"] = {"block_t": cfg[0], "num_warps": cfg[1], "num_stages": cfg[2]}
+        ms = bench(lambda: block_sparse.block_sparse_attention(q, k, v, bidx, bs, block_t=cfg[0], num_warps=cfg[1], num_stages=cfg[2]))
+        # the same mask for FlexAttention: a dense (B, Hkv, T/64, S/64) table + causality
+        nq, nk = T // 64, triton.cdiv(S, bs)
+        table = torch.zeros(B, Hkv, nq, nk + 1, dtype=torch.bool, device=DEV)
+        sel = bidx[:, ::64].permute(0, 2, 1, 3).long()                    # (B, Hkv, nq, nb)
+        table.scatter_(-1, torch.where(sel < 0, nk, sel), True)
+        table = table[..., :nk].contiguous()
+        G = Hq // Hkv
+
+        def mask_mod(b, h, qi, ki):
+            return table[b, h // G, qi // 64, ki // bs] & (ki <= qi + (S - T))
+
+        peers = {}
+        try:
+            bm = create_block_mask(mask_mod, B, Hq, T, S, device=DEV, BLOCK_SIZE=64, _compile=not DRY)
+            bm128 = create_block_mask(mask_mod, B, Hq, T, S, device=DEV, BLOCK_SIZE=128, _compile=not DRY)
+            qf, kf, vf = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            ko = {"BLOCK_M": 64, "BLOCK_N": 64} if not DRY else None
+            peers["FlexAttention (same mask, 64x64 blocks, compiled)"] = try_ms(
+                lambda: flex(qf, kf, vf, block_mask=bm, enable_gqa=True, kernel_options=ko))
+            peers["FlexAttention (same mask, 128x128 blocks, compiled)"] = try_ms(
+                lambda: flex(qf, kf, vf, block_mask=bm128, enable_gqa=True))
+            if T in (8192, 192):
+                of = flex(qf, kf, vf, block_mask=bm128, enable_gqa=True).transpose(1, 2)
+                oo = block_sparse.block_sparse_attention(q, k, v, bidx, bs, block_t=cfg[0])
+                RESULT["checks"][f"block_sparse_vs_flex_rel_err_T{T}"] = float((oo.float() - of.float()).norm() / of.float().norm())
+            peers["SDPA dense causal (flash, reference)"] = try_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                qf, kf, vf, is_causal=True, enable_gqa=True), 20)
+        except Exception as e:  # noqa: BLE001
+            RESULT["errors"].append({"section": "flex", "error": repr(e)[:400]})
+        reads = int((bidx >= 0).sum()) * bs                                 # (query, group, token) pairs read
+        kv_bytes = int((bidx[:, ::cfg[0]] >= 0).sum()) * bs * 2 * d * 2     # each tile of block_t queries loads its blocks
+        nbytes = kv_bytes + 2 * q.numel() * 2
+        flops = 2 * reads * G * 2 * d
+        row("block_sparse_attention", "prefill", {"B": B, "T": T, "S": S, "nb": nb, "block": bs, "Hq": Hq, "Hkv": Hkv,
+                                                  "d": d, "dtype": "bf16"}, ms, nbytes, flops, peers,
+            note="bytes = K/V blocks as loaded by the tiles (each tile of block_t queries reloads its blocks) + q + o")
+        del q, k, v
+    for B, S, nb in ((1, 131072, 32), (64, 32768, 32)) if not DRY else ((2, 300, 3),):
+        q = torch.randn(B, 1, Hq, d, device=DEV, dtype=BF16)
+        k = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+        v = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
+        bidx = block_lists(B, 1, Hkv, S, nb)
+        nbytes = int((bidx >= 0).sum()) * bs * 2 * d * 2 + 2 * q.numel() * 2
+        bsets = [block_lists(B, 1, Hkv, S, nb) for _ in range(n_copies(nbytes))]
+        ms = bench_graph([lambda b_=b_: block_sparse.block_sparse_attention(q, k, v, b_, bs) for b_ in bsets])
+        row("block_sparse_attention", "decode", {"B": B, "S": S, "nb": nb, "block": bs, "Hq": Hq, "Hkv": Hkv, "d": d,
+                                                 "dtype": "bf16"}, ms, nbytes, 2 * int((bidx >= 0).sum()) * bs * G * 2 * d,
+            {}, input_sets=len(bsets), note="no split-K: B*Hkv programs only, so batch 1 leaves most SMs idle")
+
+
+def main(argv=None):
+    global QUICK, DRY, DEV
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", action="append", default=None, help="JSON path (repeatable)")
+    ap.add_argument("--quick", action="store_true", help="one shape per kernel")
+    ap.add_argument("--only", default="", help="comma-separated sections")
+    ap.add_argument("--dry-cpu", action="store_true", help="tiny shapes on CPU (interpreter): tests the script")
+    a = ap.parse_args(argv)
+    QUICK = a.quick
+    if a.dry_cpu:
+        DRY, DEV = True, "cpu"
+    OUT_PATHS.extend(a.out or ["gpu_track/results/h200.json"])
+    if not torch.cuda.is_available() and not DRY:
+        sys.exit("no CUDA GPU: the benchmark needs one (the interpreter measures nothing useful)")
+    RESULT.update({"machine": torch.cuda.get_device_name() if not DRY else "cpu (dry run)",
+                   "sms": torch.cuda.get_device_properties(0).multi_processor_count if not DRY else 0,
+                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                   "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+                   "command": "python -m gpu_track.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+                   "copy_GBps": None, "bf16_TFLOPs": None, "rows": [], "config": {}, "checks": {}, "errors": []})
+    try:
+        import fla
+        RESULT["fla"] = fla.__version__
+    except Exception:  # noqa: BLE001
+        RESULT["fla"] = None
+    ceilings()
+    sections = {"sparse_attention": sparse_attention_rows, "lightning_indexer": indexer_rows, "fa_decode_topk": fa_rows,
+                "selective_scan": scan_rows, "ssd_chunked": ssd_rows, "block_sparse_attention": block_sparse_rows}
+    only = [s for s in a.only.split(",") if s]
+    for name, fn in sections.items():
+        if not only or name in only:
+            guarded(name, fn)
+            if not DRY:
+                torch.cuda.empty_cache()
+    save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""gpu_track.report: the stored H200 results, the targets check, rooflines and the explorer (no GPU needed)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpu_track import report
+
+
+def _fake(rows=None):
+    return {"machine": "X", "date": "d", "copy_GBps": 1000.0, "bf16_TFLOPs": 100.0, "rows": rows or [
+        {"kernel": "sparse_attention", "phase": "decode", "shape": {"B": 64, "S": 32768}, "ms": 1.0,
+         "bytes": 8e8, "flops": 1.6e9, "frac_bw": 0.8, "peers": {"p": 2.0}},
+        {"kernel": "ssd_chunked", "phase": "prefill", "shape": {"Bt": 1}, "ms": 1.0, "bytes": 1e6, "flops": 1e9,
+         "frac_bw": 0.001, "peers": {"fla chunk_simple_gla": 0.5}},
+    ]}
+
+
+def test_stored_results_load_and_have_every_kernel():
+    res = report.load_results()
+    assert res["copy_GBps"] > 1000 and res["bf16_TFLOPs"] > 100
+    assert {r["kernel"] for r in res["rows"]} == set(report.KERNELS)
+    for r in res["rows"]:   # frac_bw is what the issue defines: bytes / ms / copy_GBps
+        assert r["frac_bw"] == pytest.approx(r["bytes"] / (r["ms"] * 1e-3) / 1e9 / res["copy_GBps"], rel=1e-2)
+
+
+def test_check_targets_counts_wins_and_thresholds():
+    t = {x["kernel"]: x for x in report.check_targets(_fake())}
+    assert t["sparse_attention"]["met"] is True                 # 0.8 >= 0.8
+    assert t["ssd_chunked"]["met"] is False and "0/1" in t["ssd_chunked"]["measured"]
+    assert t["lightning_indexer"]["measured"] == "no rows" and not t["lightning_indexer"]["met"]
+
+
+def test_roofline_numbers():
+    res = _fake()
+    ai, tf, ph = report.roofline_points(res, "sparse_attention")
+    assert ai.tolist() == [2.0] and tf.tolist() == pytest.approx([1.6]) and ph == ["decode"]
+    assert report.roof(res, [1.0, 1e6]).tolist() == [1.0, 100.0]       # bandwidth slope, then the flat peak
+    assert "0.80 of roof" in report.roofline_summary(res, "sparse_attention")
+    assert report.predict_decode_ms(4.275e9, 4275.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="copy_GBps"):
+        report.predict_decode_ms(1.0, 0.0)
+    with pytest.raises(ValueError, match="kernel"):
+        report.roofline_points(res, "nope")
+
+
+def test_plot_and_explorer_return_objects():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = report.plot_roofline(report.load_results(), "fa_decode_topk")
+    assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes[0].lines) >= 2
+    plt.close(fig)
+    import ipywidgets
+    assert isinstance(report.roofline_explorer(_fake()), ipywidgets.Widget)
+
+
+def test_table_and_bad_file(tmp_path):
+    lines = report.results_table(_fake())
+    assert len(lines) == 3 and "p (2.000)" in lines[1]
+    bad = tmp_path / "r.json"
+    bad.write_text(json.dumps({"machine": "x"}))
+    with pytest.raises(ValueError, match="copy_GBps|date"):
+        report.load_results(bad)
+    with pytest.raises(ValueError, match="no benchmark results"):
+        report.load_results(tmp_path / "missing.json")
+    assert report.shape_str({"B": 64, "S": 131072, "dtype": "bf16"}) == "B=64 S=128K"
+    assert np.isfinite(report.roof(_fake(), 3.0))

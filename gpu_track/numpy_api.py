@@ -18,6 +18,7 @@ from gpu_track import lightning_indexer as _li
 from gpu_track import selective_scan as _ss
 from gpu_track import sparse_attention as _sa
 from gpu_track import ssd as _ssd
+from hybrid_lab.sparse_attention import query_positions
 from gpu_track._common import device
 
 _FLOATS = (np.float16, np.float32, np.float64)
@@ -125,13 +126,7 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
         twin.numpy_impl(q, w, k, topk, q_pos)
     B, T, Hi, di = q.shape
     S = k.shape[1]
-    if q_pos is None:
-        if T > S:
-            raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
-        q_pos = S - T + np.arange(T)
-    q_pos = np.asarray(q_pos)
-    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer) or (q_pos < 0).any():
-        raise ValueError(f"q_pos must be a (T={T},) array of integers >= 0, got shape {q_pos.shape} dtype {q_pos.dtype}")
+    q_pos = query_positions(q_pos, T, S)
     for name, a in (("q", q), ("w", w), ("k", k)):
         if np.isnan(a).any():
             raise ValueError(f"{name} contains NaN")
@@ -144,23 +139,8 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
 
 def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     """HySparse2 FA decode + top-k on the Triton kernels; see ``hybrid_lab.hysparse2.fa_decode_topk``."""
-    from hybrid_lab.hysparse import _check_heads, _check_pos_int
-    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    if q.ndim != 3 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q must be (B, Hq, d), k and v (B, S, Hkv, d); got q{q.shape} k{k.shape} v{v.shape}")
-    B, Hq, d = q.shape
-    if k.shape[0] != B or k.shape[3] != d or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"k must be (B={B}, S, Hkv, d={d}) and v (B, S, Hkv, dv) matching it; got k{k.shape} v{v.shape}")
-    if k.shape[1] == 0:
-        raise ValueError("k must hold at least one position (S >= 1)")
-    _check_heads(Hq, k.shape[2])
-    _check_pos_int("topk", topk)
-    _check_pos_int("window", window)
-    if sink is not None and np.asarray(sink).shape != (Hq,):
-        raise ValueError(f"sink must have shape (Hq={Hq},), got {np.asarray(sink).shape}")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if np.isnan(a).any():
-            raise ValueError(f"{name} contains NaN")
+    from hybrid_lab.hysparse2 import check_fa_decode_args
+    q, k, v = check_fa_decode_args(q, k, v, topk, window, sink)
     ft = _common_float(q, k, v)
     o, idx = _fa.fa_decode_topk(_t(q, "q").to(ft), _t(k, "k").to(ft), _t(v, "v").to(ft), int(topk), int(window),
                                 scale, None if sink is None else _t(sink, "sink").reshape(-1))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+from hybrid_lab.sparse_attention import query_positions, sparse_attention, topk_indices
 
 
 def _check_qkv(q, k, v=None):
@@ -35,17 +35,6 @@ def _check_qkv(q, k, v=None):
     return q, k, v
 
 
-def _q_pos(q_pos, T, S):
-    if q_pos is None:
-        if T > S:
-            raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
-        return S - T + np.arange(T)
-    q_pos = np.asarray(q_pos)
-    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer) or (q_pos < 0).any():
-        raise ValueError(f"q_pos must be a (T={T},) array of integers >= 0, got shape {q_pos.shape} dtype {q_pos.dtype}")
-    return q_pos
-
-
 def attention_probs(q, k, scale=None, q_pos=None) -> np.ndarray:
     """Dense causal attention probabilities.
 
@@ -55,7 +44,7 @@ def attention_probs(q, k, scale=None, q_pos=None) -> np.ndarray:
     q, k, _ = _check_qkv(q, k)
     B, T, Hq, d = q.shape
     S, Hkv = k.shape[1], k.shape[2]
-    pos = _q_pos(q_pos, T, S)
+    pos = query_positions(q_pos, T, S)
     scale = d ** -0.5 if scale is None else scale
     qg = q.reshape(B, T, Hkv, Hq // Hkv, d)
     logits = np.einsum("btgjd,bsgd->btgjs", qg, k).reshape(B, T, Hq, S) * scale

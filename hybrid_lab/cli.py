@@ -46,9 +46,8 @@ def _bench(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="hybrid-lab", description="hybrid-lab: open, grade and maintain the lab")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("open", help="start JupyterLab on labs/ (or --solutions)")
+    p = sub.add_parser("open", help="start JupyterLab on labs/ (or --solutions); other arguments go to jupyter lab")
     p.add_argument("--solutions", action="store_true", help="open solutions/ instead of labs/")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="extra arguments for jupyter lab")
     p = sub.add_parser("grade", help="grade a lab notebook against solutions/")
     p.add_argument("path")
     p.add_argument("-x", "--fail-fast", action="store_true")
@@ -59,7 +58,11 @@ def main(argv=None) -> int:
     p.add_argument("paths", nargs="+")
     p = sub.add_parser("bench", help="run benchmarks/bench_*.py")
     p.add_argument("names", nargs="*")
-    a = ap.parse_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    if a.cmd == "open":
+        a.extra = unknown  # what hybrid-lab does not know goes on to jupyter lab (--port 8890 --no-browser)
+    elif unknown:
+        ap.error(f"unrecognized arguments: {' '.join(unknown)}")
     if a.cmd == "open":
         return _open(a)
     if a.cmd == "bench":

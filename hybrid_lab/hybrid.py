@@ -186,34 +186,27 @@ class MiniHybrid:
         if snapshot_at and (snapshot_at[0] <= P0 or snapshot_at[-1] > P0 + T):
             raise ValueError(f"snapshot_at positions must lie in ({P0}, {P0 + T}], got {snapshot_at}")
         cuts = [p - P0 for p in snapshot_at]
-        x = self.emb[t]
-        new = HybridCache(P0 + T)
-        snaps = {p: [] for p in snapshot_at}
-        ia = is_ = 0
-        for p in self.layers:
-            xn = _rmsnorm(x, p["g1"])
-            if p["kind"] == "attn":
-                out, K, V = self._attn(p, xn, *cache.kv[ia])
-                new.kv.append((K, V))
-                ia += 1
-            else:
-                out, h, saved = self._ssm(p, xn, cache.ssm[is_], cuts)
-                new.ssm.append(h)
-                for q in snapshot_at:
-                    snaps[q].append(saved[q - P0])
-                is_ += 1
-            x = x + out
-            if self.cfg.mlp:
-                x = x + _silu(_rmsnorm(x, p["g2"]) @ p["W1"]) @ p["W2"]
+        logits, new, saved = self._forward(t, cache, lambda p, xn, h: self._ssm(p, xn, h, cuts))
+        snaps = {q: [s[q - P0] for s in saved] for q in snapshot_at}
         if T == 0:
             new.ssm = [h.copy() for h in cache.ssm]
-        return _rmsnorm(x, self.g_out) @ self.emb.T, new, snaps
+        return logits, new, snaps
 
     def decode_step(self, token: int, cache: HybridCache):
         """One token with the recurrent form of every SSM layer. Returns (logits (vocab,), new cache)."""
-        t = self._tokens(np.array([token]))
+        def step(p, xn, h):
+            dt, B, C = ssm_inputs(p, xn)
+            y, h = selective_scan_step(xn, dt, p["A"], B, C, p["D"], h[None])
+            return y @ p["Wo"], h[0], None
+
+        logits, new, _ = self._forward(self._tokens(np.array([token])), cache, step)
+        return logits[0], new
+
+    def _forward(self, t, cache: HybridCache, ssm_mixer):
+        """Embed ``t``, run every layer (attention appends to its KV; an SSM layer runs ``ssm_mixer(p, x, h) ->
+        (out, h_new, saved states)``), unembed. Returns (logits (T, vocab), new cache, saved states per SSM layer)."""
         x = self.emb[t]
-        new = HybridCache(cache.pos + 1)
+        new, saved = HybridCache(cache.pos + t.size), []
         ia = is_ = 0
         for p in self.layers:
             xn = _rmsnorm(x, p["g1"])
@@ -222,15 +215,14 @@ class MiniHybrid:
                 new.kv.append((K, V))
                 ia += 1
             else:
-                dt, B, C = ssm_inputs(p, xn)
-                y, h = selective_scan_step(xn, dt, p["A"], B, C, p["D"], cache.ssm[is_][None])
-                new.ssm.append(h[0])
-                out = y @ p["Wo"]
+                out, h, snap = ssm_mixer(p, xn, cache.ssm[is_])
+                new.ssm.append(h)
+                saved.append(snap)
                 is_ += 1
             x = x + out
             if self.cfg.mlp:
                 x = x + _silu(_rmsnorm(x, p["g2"]) @ p["W1"]) @ p["W2"]
-        return (_rmsnorm(x, self.g_out) @ self.emb.T)[0], new
+        return _rmsnorm(x, self.g_out) @ self.emb.T, new, saved
 
     def generate(self, tokens, n_new: int):
         """Greedy generation: prefill then ``n_new`` decode steps. Returns the new token ids."""

@@ -288,14 +288,8 @@ def _fa_rows(q, k, v, q_pos, topk, window, scale, sink=None):
     return o, top, score
 
 
-@swappable("fa_decode_topk")
-def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
-    """HySparse2's cross FA at decode: exact attention of the query at position S-1 + its top-k outside the window.
-
-    q: (B, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv). Returns o: (B, Hq, dv) (exact attention over all S
-    positions) and idx: (B, Hkv, topk) = the top-k positions in [0, S - window) ranked by the attention probability
-    summed over the group's Hq/Hkv heads (ties -> smaller position, -1 padded).
-    """
+def check_fa_decode_args(q, k, v, topk, window, sink):
+    """Validate ``fa_decode_topk``'s arguments (shared with the Triton wrapper). Returns q, k, v as arrays."""
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     if q.ndim != 3 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q must be (B, Hq, d), k and v (B, S, Hkv, d); got q{q.shape} k{k.shape} v{v.shape}")
@@ -313,6 +307,20 @@ def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     for name, a in (("q", q), ("k", k), ("v", v)):
         if np.isnan(a).any():
             raise ValueError(f"{name} contains NaN")
+    return q, k, v
+
+
+@swappable("fa_decode_topk")
+def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
+    """HySparse2's cross FA at decode: exact attention of the query at position S-1 + its top-k outside the window.
+
+    q: (B, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv). Returns o: (B, Hq, dv) (exact attention over all S
+    positions) and idx: (B, Hkv, topk) = the top-k positions in [0, S - window) ranked by the attention probability
+    summed over the group's Hq/Hkv heads (ties -> smaller position, -1 padded).
+    """
+    q, k, v = check_fa_decode_args(q, k, v, topk, window, sink)
+    B, Hq, d = q.shape
+    S, Hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     q_pos = np.array([S - 1])
     outs, idxs = [], []

@@ -25,18 +25,7 @@ import numpy as np
 from hybrid_lab.backend import swappable
 from hybrid_lab.optim import Adam, clip_grad_norm
 from hybrid_lab.progress import progress
-from hybrid_lab.sparse_attention import topk_indices
-
-
-def _default_q_pos(q_pos, T, S):
-    if q_pos is None:
-        if T > S:
-            raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
-        return S - T + np.arange(T)
-    q_pos = np.asarray(q_pos)
-    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer) or (q_pos < 0).any():
-        raise ValueError(f"q_pos must be a (T={T},) array of integers >= 0, got shape {q_pos.shape} dtype {q_pos.dtype}")
-    return q_pos
+from hybrid_lab.sparse_attention import query_positions, topk_indices
 
 
 @swappable("lightning_indexer")
@@ -64,7 +53,7 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
         if np.isnan(a).any():
             raise ValueError(f"{name} contains NaN")
     S = k.shape[1]
-    pos = _default_q_pos(q_pos, T, S)
+    pos = query_positions(q_pos, T, S)
     dtype = np.result_type(q.dtype, w.dtype, k.dtype, np.float32)
     z = np.einsum("btjd,bsd->btjs", q, k)                               # (B, T, Hi, S) per-head dot products
     scores = np.einsum("btj,btjs->bts", w, np.maximum(z, 0.0)).astype(dtype, copy=False)
@@ -244,7 +233,7 @@ class LightningIndexer:
         p = np.asarray(p, dtype=np.float64)
         if p.shape != (T, S):
             raise ValueError(f"p must be (T={T}, S={S}), got shape {p.shape}")
-        pos = _default_q_pos(q_pos, T, S)
+        pos = query_positions(q_pos, T, S)
         q, w, k = self.project(xq, xk)
         Hi, di = self.n_heads, self.d_index
         qf = q.reshape(T * Hi, di)

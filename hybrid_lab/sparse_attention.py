@@ -18,6 +18,19 @@ import numpy as np
 from hybrid_lab.backend import swappable
 
 
+def query_positions(q_pos, T: int, S: int) -> np.ndarray:
+    """Absolute positions of T queries over S keys: the given (T,) ints >= 0, or by default the last T positions
+    (``S - T + arange(T)``, a prefill chunk or a decode step at the end of the cache)."""
+    if q_pos is None:
+        if T > S:
+            raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
+        return S - T + np.arange(T)
+    q_pos = np.asarray(q_pos)
+    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer) or (q_pos < 0).any():
+        raise ValueError(f"q_pos must be a (T={T},) array of integers >= 0, got shape {q_pos.shape} dtype {q_pos.dtype}")
+    return q_pos
+
+
 def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     """Deterministic top-k along the last axis.
 

@@ -1,0 +1,594 @@
+"""The lab in a real browser: JupyterLab driven by headless Chromium through Playwright, as students use it.
+
+- every solution notebook: Run All in JupyterLab; no cell may produce an error; the notebook's explorer widget must
+  render, and dragging one of its sliders (or, for an explorer without one, picking another entry of its dropdown)
+  must change the widget's output (a new figure / new text);
+  a screenshot per notebook goes to ``test-artifacts/screenshots/NN_name.png``, each cell's run time to
+  ``test-artifacts/cell_timings.json`` (a warning names cells over 5 s without a progress bar);
+- one lab notebook (the one with the most graded exercises): run every cell, one at a time as a student would;
+  the only errors allowed are the exercise stubs' ``NotImplementedError("Exercise NN.K: title")`` (or a NameError
+  for a name that a cell failing so would have bound: the cascade a student sees too).
+
+One JupyterLab server (temporary config / data / runtime / settings dirs, no token, no news, ``--allow-root`` when
+root) and one browser serve all the tests of this module (stopped after them, not kept through the rest of the
+suite). The notebooks are copied to a temporary folder first, so the run never touches the repository's files.
+The stub rule also says "every graded stub must be reached" (0-point written answers may grade nothing).
+
+Needs the Python ``playwright`` package (the ``test`` extra) and Debian's ``chromium`` (never a downloaded browser).
+When chromium is missing, the test installs it with apt-get if it runs as root with ``CI=true``, else it skips.
+Knobs: ``HYBRID_LAB_E2E=0`` skips; ``HYBRID_LAB_E2E_NOTEBOOKS=01,03`` keeps the notebooks whose names start so;
+``HYBRID_LAB_E2E_LAB=05`` picks the lab notebook (``all``: every lab); ``HYBRID_LAB_CHROMIUM`` points at another
+chromium binary;
+``HYBRID_LAB_E2E_DIR`` a folder with solutions/ and labs/ to test instead of the repo's (how the test itself was
+checked against broken notebooks).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import warnings
+from pathlib import Path
+
+import pytest
+
+from hybrid_lab import course
+
+ROOT = course.repo_root()
+NB_DIR = Path(os.environ.get("HYBRID_LAB_E2E_DIR", ROOT))
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("HYBRID_LAB_CHROMIUM", "/usr/bin/chromium")
+# a closed network and no GPU: nothing may phone home, and a fresh profile per session (launch_persistent_context)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+VIEWPORT = {"width": 1440, "height": 900}
+IN_CI = os.environ.get("CI", "").lower() == "true"
+RUN_TIMEOUT_S = 300        # one notebook's Run All (each must take < 60 s on 2 cores; the browser adds some)
+SERVER_START_S = 120
+UI_TIMEOUT_MS = 60_000     # a widget to render, a slider's output to change
+
+
+def _selected(paths, env):
+    keep = [s.strip() for s in os.environ.get(env, "").split(",") if s.strip()]
+    return [p for p in paths if not keep or any(p.name.startswith(k) for k in keep)]
+
+
+SOLUTIONS = _selected(sorted((NB_DIR / "solutions").glob("[0-9][0-9]_*.ipynb")), "HYBRID_LAB_E2E_NOTEBOOKS")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("HYBRID_LAB_E2E", "1") == "0", reason="HYBRID_LAB_E2E=0"),
+]
+
+
+# ------------------------------------------------------------------------------------------------ prerequisites
+def _ensure_chromium() -> str:
+    if Path(CHROMIUM).exists():
+        return CHROMIUM
+    if IN_CI and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        # a small CJK font too: the notebooks' headings carry Chinese terms (tofu boxes in the screenshots otherwise)
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium", "fonts-wqy-zenhei"]):
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+            if r.returncode != 0:
+                pytest.fail(f"could not install chromium ({' '.join(cmd)} exited {r.returncode}):\n{r.stderr[-2000:]}")
+        if Path(CHROMIUM).exists():
+            return CHROMIUM
+        pytest.fail(f"apt-get installed chromium but {CHROMIUM} does not exist")
+    pytest.skip(f"browser test: Debian's chromium is not at {CHROMIUM} (install it with `apt-get install chromium`, "
+                "or set HYBRID_LAB_CHROMIUM); it is installed automatically only as root with CI=true")
+
+
+def _import_playwright():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if IN_CI:
+            pytest.fail("the Python package `playwright` is missing: it belongs to the `test` extra of pyproject.toml")
+        pytest.skip("browser test: the Python package `playwright` is not installed (pip install -e '.[test]')")
+    return sync_playwright
+
+
+# ------------------------------------------------------------------------------------------------ JupyterLab server
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_settings(settings_dir: Path) -> None:
+    """User settings for this throwaway JupyterLab: every cell in the DOM, no news or update pop-ups."""
+    files = {
+        # JupyterLab 4 virtualizes long notebooks (cells off screen leave the DOM); the test reads the whole DOM
+        # recordTiming: each cell's run time lands in its metadata (test-artifacts/cell_timings.json)
+        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "recordTiming": True},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                             "checkForUpdates": False},
+    }
+    for rel, data in files.items():
+        p = settings_dir / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(data))
+
+
+def _get(url: str, timeout: float = 5.0) -> int:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status
+
+
+class JupyterLab:
+    def __init__(self, base: Path):
+        self.base = base
+        self.root = base / "notebooks"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = base / "jupyterlab.log"
+        dirs = {k: base / k.lower() for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR",
+                                              "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR", "IPYTHONDIR")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        _write_settings(dirs["JUPYTERLAB_SETTINGS_DIR"])
+        # the kernels inherit this environment: no headless matplotlib backend forced on them (inline, as for students)
+        self.env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "JUPYTER_PATH")}
+        self.env.update({k: str(v) for k, v in dirs.items()})
+        self.cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={self.port}",
+                    "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
+                    "--ServerApp.password=", f"--ServerApp.root_dir={self.root}", "--LabApp.news_url=None",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands, read the notebook model
+                    "--ServerApp.terminals_enabled=False"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            self.cmd.append("--allow-root")
+        self.proc = None
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.root, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if _get(f"{self.url}/api/status") == 200:
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"jupyter lab did not answer on {self.url} within {SERVER_START_S} s:\n{self.log()}")
+
+    def log(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text()[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # jupyter_server shuts its kernels down on SIGTERM
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            self._log.close()
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    _ensure_chromium()
+    _import_playwright()
+    server = JupyterLab(tmp_path_factory.mktemp("jupyterlab"))
+    (server.root / "solutions").mkdir()
+    (server.root / "labs").mkdir()
+    for p in sorted((NB_DIR / "solutions").glob("*.ipynb")):
+        shutil.copy(p, server.root / "solutions" / p.name)
+    for p in sorted((NB_DIR / "labs").glob("*.ipynb")):
+        shutil.copy(p, server.root / "labs" / p.name)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def page(jupyterlab, tmp_path_factory):
+    chromium = _ensure_chromium()
+    sync_playwright = _import_playwright()
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(str(profile), executable_path=chromium, headless=True,
+                                                    args=CHROMIUM_ARGS, viewport=VIEWPORT)
+        pg = ctx.pages[0] if ctx.pages else ctx.new_page()
+        pg.set_default_timeout(UI_TIMEOUT_MS)
+        pg.page_errors = []
+        pg.on("pageerror", lambda exc: pg.page_errors.append(str(exc)))
+        pg.goto(f"{jupyterlab.url}/lab", wait_until="domcontentloaded")
+        pg.wait_for_function("window.jupyterapp && window.jupyterapp.started !== undefined", timeout=120_000)
+        pg.evaluate("async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }")
+        yield pg
+        ctx.close()
+
+
+# ------------------------------------------------------------------------------------------------ notebook helpers
+JS_OPEN = """async (path) => {
+    const app = window.jupyterapp;
+    const w = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+    await w.context.ready;
+    await w.sessionContext.ready;
+    app.shell.activateById(w.id);
+    window.__nb = w;
+    return w.id;
+}"""
+
+JS_KERNEL_IDLE = """() => {
+    const w = window.__nb;
+    const k = w && w.sessionContext.session && w.sessionContext.session.kernel;
+    return !!k && k.status === 'idle';
+}"""
+
+JS_CLOSE = """async () => {
+    const w = window.__nb;
+    if (!w) return;
+    try { await w.sessionContext.shutdown(); } catch (e) {}
+    w.context.model.dirty = false;  // outputs changed in the browser only: never write the copy back
+    w.dispose();
+    window.__nb = null;
+}"""
+
+# every cell of the notebook, in order, the way JupyterLab holds it (nbformat JSON)
+JS_MODEL = "() => window.__nb.content.model.toJSON()"
+
+# the explorer widget: [index among all cells, 'slider' | 'dropdown'] of the first cell whose outputs hold a rendered
+# slider, else of the first whose widget has a dropdown and an output area; [-1, ''] if none
+JS_EXPLORER_CELL = """() => {
+    const cells = window.__nb.content.widgets;
+    for (let i = 0; i < cells.length; i++) {
+        if (cells[i].node.querySelector('.jp-OutputArea .widget-slider .noUi-handle')) return [i, 'slider'];
+    }
+    for (let i = 0; i < cells.length; i++) {
+        const n = cells[i].node;
+        const dropdown = n.querySelector('.jp-OutputArea .widget-dropdown select');
+        if (dropdown && n.querySelector('.jp-OutputArea .widget-output')) return [i, 'dropdown'];
+    }
+    return [-1, ''];
+}"""
+
+# what the widget shows (its Output areas: text and images), not its controls
+JS_SIGNATURE = """(i) => {
+    const node = window.__nb.content.widgets[i].node;
+    const outs = Array.from(node.querySelectorAll('.jp-OutputArea .widget-output'));
+    const imgs = (o) => Array.from(o.querySelectorAll('img')).map(m => m.src).join(',');
+    return outs.map(o => o.innerText + '|' + imgs(o)).join('||');
+}"""
+
+JS_WIDGET_TRACEBACKS = """(i) => Array.from(window.__nb.content.widgets[i].node.querySelectorAll(
+        '.widget-output [data-mime-type="application/vnd.jupyter.stderr"]'))
+    .map(n => n.innerText).filter(t => /Traceback|Error/.test(t)).map(t => t.slice(-300))"""
+
+
+def _wait_idle(page, timeout_ms=RUN_TIMEOUT_S * 1000):
+    page.wait_for_function(JS_KERNEL_IDLE, timeout=timeout_ms, polling=200)
+
+
+def _wait_settled(page, i: int, quiet_polls: int = 4, timeout_ms: int = UI_TIMEOUT_MS) -> str:
+    """The widget's output once the kernel is idle and the output has stayed the same for a few polls in a row.
+
+    A drag sends several values and each redraw clears the output first, so one idle moment is not enough."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    last, same = None, 0
+    while time.monotonic() < deadline:
+        idle = page.evaluate(JS_KERNEL_IDLE)
+        sig = page.evaluate(JS_SIGNATURE, i)
+        shown = bool(sig.replace("|", "").replace(",", "").strip())
+        same = same + 1 if (idle and shown and sig == last) else 0
+        if same >= quiet_polls:
+            return sig
+        last = sig
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the widget's output did not settle within {timeout_ms / 1000:.0f} s (kernel busy or empty)")
+
+
+def _open(page, rel_path: str) -> None:
+    page.evaluate(JS_OPEN, rel_path)
+    _wait_idle(page, 120_000)
+
+
+def _close(page) -> None:
+    page.evaluate(JS_CLOSE)
+
+
+def _code_cells(model: dict) -> list[dict]:
+    return [c for c in model["cells"] if c["cell_type"] == "code"]
+
+
+def _errors(cells: list[dict]) -> list[tuple[int, str, str]]:
+    """(code-cell index, ename, evalue) of every error output."""
+    return [(k, o.get("ename", ""), o.get("evalue", "")) for k, c in enumerate(cells)
+            for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def _render_errors(page) -> list[str]:
+    """What a student would see broken that never reaches the kernel: a widget whose model or view could not be
+    loaded, a formula MathJax could not typeset, an image that did not load."""
+    return page.evaluate("""() => {
+        const root = window.__nb.content.node, out = [];
+        for (const n of root.querySelectorAll('.jp-OutputArea-output')) {
+            const t = n.innerText;
+            if (/Error displaying widget|Failed to (load|create) (model|view)/.test(t)) out.push('widget: ' + t);
+        }
+        for (const n of root.querySelectorAll('mjx-merror, .MathJax_Error'))
+            out.push('math: ' + (n.getAttribute('data-mjx-error') || n.textContent).slice(0, 200));
+        for (const n of root.querySelectorAll('mjx-container [style*="color: red"]'))  // an undefined macro
+            out.push('math: an undefined macro (shown in red)');
+        for (const img of root.querySelectorAll('img'))
+            if (img.complete && img.naturalWidth === 0) out.push('image: ' + img.src.slice(0, 80));
+        return out;
+    }""")
+
+
+def _drag_slider(page, cell_index: int) -> None:
+    """Drag the first slider handle of the cell to the other side of its track, as a student does with the mouse."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+    handle = cell.locator(".jp-OutputArea .widget-slider .noUi-handle").first
+    track = cell.locator(".jp-OutputArea .widget-slider .noUi-base").first
+    handle.scroll_into_view_if_needed()
+    hb, tb = handle.bounding_box(), track.bounding_box()
+    assert hb and tb and tb["width"] > 0, "the slider has no size on screen"
+    x0, y = hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2
+    frac = (x0 - tb["x"]) / tb["width"]
+    x1 = tb["x"] + tb["width"] * (0.15 if frac > 0.5 else 0.85)
+    page.mouse.move(x0, y)
+    page.mouse.down()
+    page.mouse.move(x1, y, steps=5)
+    page.mouse.up()
+
+
+def _pick_other_option(page, cell_index: int) -> None:
+    """Choose another entry of the widget's first dropdown (an explorer without a slider)."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(cell_index)
+    select = cell.locator(".jp-OutputArea .widget-dropdown select").first
+    select.scroll_into_view_if_needed()
+    n = select.locator("option").count()
+    assert n >= 2, "the explorer's dropdown has a single option"
+    current = select.evaluate("s => s.selectedIndex")
+    select.select_option(index=(current + 1) % n)
+
+
+def _screenshot(page, cell_index: int, name: str) -> Path:
+    page.evaluate("(i) => window.__nb.content.widgets[i].node.scrollIntoView({block: 'start'})", cell_index)
+    page.wait_for_timeout(300)  # let the scroll settle before the pixels are taken (not a wait on the kernel)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def _iso(t: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+
+
+def _record_timings(name: str, cells: list[dict]) -> list[tuple[int, float]]:
+    """Seconds per code cell as JupyterLab measured them, saved as an artifact. Returns the cells that ran > 5 s
+    without showing a progress bar (a tqdm bar is a displayed widget; an explorer is the cell's result)."""
+    rows, slow = [], []
+    for k, c in enumerate(cells):
+        ex = c.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in ex and "shell.execute_reply" in ex:
+            dt = round(_iso(ex["shell.execute_reply"]) - _iso(ex["iopub.execute_input"]), 2)
+            bar = any(o.get("output_type") == "display_data" and "application/vnd.jupyter.widget-view+json" in
+                      o.get("data", {}) for o in c.get("outputs", []))
+            rows.append({"cell": k, "seconds": dt, "progress_bar": bar})
+            if dt > 5 and not bar:
+                slow.append((k, dt))
+    path = SHOTS.parent / "cell_timings.json"
+    SHOTS.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[name] = rows
+    path.write_text(json.dumps(data, indent=1))
+    return slow
+
+
+def _run_all(page) -> dict:
+    """Clear the stored outputs, Run All, wait until every queued cell has finished; return the notebook model."""
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    page.evaluate("""() => { window.__runDone = undefined;
+        window.jupyterapp.commands.execute('notebook:run-all-cells').then(
+            r => { window.__runDone = {ok: r}; }, e => { window.__runDone = {error: String(e)}; }); }""")
+    page.wait_for_function("window.__runDone !== undefined", timeout=RUN_TIMEOUT_S * 1000, polling=500)
+    _wait_idle(page)
+    return page.evaluate(JS_MODEL)
+
+
+# ------------------------------------------------------------------------------------------------ the tests
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
+@pytest.mark.parametrize("nb_path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_solution_notebook_in_the_browser(page, jupyterlab, nb_path):
+    page.page_errors.clear()
+    # the file browser lists the notebooks, as in a student's session (and in the screenshots)
+    page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {path: '/solutions/'})")
+    _open(page, f"solutions/{nb_path.name}")
+    try:
+        model = _run_all(page)
+        cells = _code_cells(model)
+        errors = _errors(cells)
+        assert not errors, f"{nb_path.name}: cells raised in JupyterLab: {errors}"
+        not_run = [k for k, c in enumerate(cells) if c.get("execution_count") is None]
+        assert not not_run, f"{nb_path.name}: code cells {not_run} did not run"
+        assert [c["execution_count"] for c in cells] == list(range(1, len(cells) + 1)), "cells ran out of order"
+        slow = _record_timings(nb_path.name, cells)
+        if slow:  # not a failure: timings on a shared 2-core machine vary; the report lists them
+            warnings.warn(f"{nb_path.name}: cells (index, seconds) over 5 s without a progress bar: {slow}")
+
+        i, control = page.evaluate(JS_EXPLORER_CELL)
+        assert i >= 0, f"{nb_path.name}: no rendered explorer widget (a slider or a dropdown with an output)"
+        broken = _render_errors(page)
+        assert not broken, f"{nb_path.name}: rendering failed: {broken}; browser errors: {page.page_errors[:3]}"
+        before = _wait_settled(page, i)
+        _drag_slider(page, i) if control == "slider" else _pick_other_option(page, i)
+        try:
+            page.wait_for_function(f"(prev) => ({JS_SIGNATURE})({i}) !== prev", arg=before, timeout=UI_TIMEOUT_MS)
+        except Exception as exc:  # playwright's TimeoutError
+            raise AssertionError(f"{nb_path.name}: moving the explorer's {control} did not change its output "
+                                 f"(browser errors: {page.page_errors[:3]})") from exc
+        # the new output is complete (not the blank of clear_output(wait=True)) and stays put
+        after = _wait_settled(page, i)
+        assert after != before, f"{nb_path.name}: the explorer's output came back to what it was before the drag"
+        shot = _screenshot(page, i, nb_path.stem)
+        assert shot.stat().st_size > 10_000, f"{shot} looks empty"
+        # interactive() catches its callback's exception and shows the traceback inside the widget's output
+        raised = page.evaluate(JS_WIDGET_TRACEBACKS, i)
+        assert not raised, f"{nb_path.name}: the explorer's callback raised: {raised}"
+        errors = _errors(_code_cells(page.evaluate(JS_MODEL)))
+        assert not errors, f"{nb_path.name}: cells show errors after the {control} moved: {errors}"
+    finally:
+        _close(page)
+
+
+def _solution_of(lab: Path):
+    import nbformat
+
+    return nbformat.read(str(NB_DIR / "solutions" / lab.name), as_version=4)
+
+
+def _labs_to_run() -> list[Path]:
+    """HYBRID_LAB_E2E_LAB: 'all', or name prefixes; by default the one lab with the most graded exercises."""
+    labs = [p for p in sorted((NB_DIR / "labs").glob("[0-9][0-9]_*.ipynb")) if (NB_DIR / "solutions" / p.name).exists()]
+    choice = os.environ.get("HYBRID_LAB_E2E_LAB", "")
+    if choice == "all":
+        return labs
+    if choice:
+        return _selected(labs, "HYBRID_LAB_E2E_LAB")
+
+    def graded(p):
+        try:
+            return sum(e.points > 0 for e in course.exercises(_solution_of(p)))
+        except (ValueError, OSError):  # a malformed notebook fails in test_course, not at collection here
+            return -1
+
+    return [max(labs, key=graded)] if labs else []  # max keeps the first of equals
+
+
+def _top_level_names(src: str) -> set[str]:
+    """Names a cell binds in the notebook's namespace (assignments, defs, imports; not inside functions)."""
+    import ast
+
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:  # IPython syntax (magics): binds nothing we can see
+        return set()
+    names = set()
+    scopes = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(child.name)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in child.names)
+            elif not isinstance(child, scopes):
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                    names.add(child.id)
+                visit(child)
+
+    visit(tree)
+    return names
+
+
+def _stub_errors_only(cells, exs):
+    """The errors of a lab run that are not the stubs' doing: a stub's NotImplementedError (possibly wrapped, e.g. by
+    Triton's interpreter, with the message intact) in or after its exercise cell, or a NameError for a name that a
+    cell which failed that way would have bound (the cascade a student sees too). Returns (bad errors, messages hit)."""
+    messages = {f"Exercise {e.id}: {e.title}": e for e in exs}
+
+    def stub(ename, evalue):
+        if ename == "NotImplementedError":
+            return messages.get(evalue)
+        return next((e for m, e in messages.items()
+                     if f"NotImplementedError({m!r})" in evalue or f'NotImplementedError("{m}")' in evalue), None)
+
+    unbound, bad, hit = set(), [], set()
+    for k, ename, evalue in _errors(cells):
+        ex = stub(ename, evalue)
+        missing = re.fullmatch(r"name '(\w+)' is not defined", evalue) if ename == "NameError" else None
+        if ex is not None and ex.cell <= k:
+            hit.add(f"Exercise {ex.id}: {ex.title}")
+        elif not (missing and missing.group(1) in unbound):
+            bad.append((k, ename, evalue))
+            continue
+        src = cells[k]["source"]
+        unbound |= _top_level_names("".join(src) if isinstance(src, list) else src)
+    return bad, hit
+
+
+LABS = _labs_to_run()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
+@pytest.mark.parametrize("lab", LABS, ids=[p.stem for p in LABS])
+def test_lab_stubs_fail_with_their_message_only(page, jupyterlab, lab):
+    sol = _solution_of(lab)
+    exs = course.exercises(sol)
+    assert exs, f"{lab.name}: no exercises"
+    page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {path: '/labs/'})")
+    _open(page, f"labs/{lab.name}")
+    try:
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+        n = page.evaluate("() => window.__nb.content.widgets.length")
+        # one cell at a time (Shift+Enter), so a failing stub does not abort the cells queued after it
+        for j in range(n):
+            page.evaluate("""async (j) => { const nb = window.__nb.content;
+                nb.activeCellIndex = j; nb.deselectAll();
+                await window.jupyterapp.commands.execute('notebook:run-cell'); }""", j)
+        _wait_idle(page)
+        model = page.evaluate(JS_MODEL)
+        cells = _code_cells(model)
+        assert all(c["execution_count"] is not None for c in cells), "some lab cells did not run"
+        bad, hit = _stub_errors_only(cells, exs)
+        assert not bad, f"{lab.name}: errors other than the exercise stubs: {bad}"
+        # 0-point written answers may grade nothing (docs/AUTHORING.md); every graded stub must be reached
+        graded = [f"Exercise {e.id}: {e.title}" for e in exs if e.points > 0]
+        missing = [m for m in graded if m not in hit]
+        assert not missing, f"{lab.name}: graded stubs never raised (their checks do not call them?): {missing}"
+        errors = _errors(cells)
+        # the first failing check, as the student sees it
+        code_at = [j for j, c in enumerate(model["cells"]) if c["cell_type"] == "code"]
+        _screenshot(page, code_at[errors[0][0]], f"lab_{lab.stem}")
+    finally:
+        _close(page)
+
+
+def test_stub_error_rules():
+    """The lab check's rules on synthetic runs (no browser): what counts as the stubs' doing and what does not."""
+    exs = [course.Exercise("94.1", 2, "double it", 1), course.Exercise("94.2", 0, "a written answer", 3)]
+
+    def cell(src, *errs):
+        return {"source": src, "outputs": [{"output_type": "error", "ename": n, "evalue": v} for n, v in errs]}
+
+    nie = ("NotImplementedError", "Exercise 94.1: double it")
+    run = [cell("import numpy as np"), cell("def double(x): ..."), cell("y = double(3)\nprint(y)", nie),
+           cell("answer = 1", ("NotImplementedError", "Exercise 94.2: a written answer")),
+           cell("print(y, answer)", ("NameError", "name 'y' is not defined")),
+           cell("k = kernel()", ("InterpreterError", "NotImplementedError('Exercise 94.1: double it')"))]
+    assert _stub_errors_only(run, exs) == ([], {"Exercise 94.1: double it", "Exercise 94.2: a written answer"})
+    wrong = [cell("x", nie),                                                # before its exercise cell
+             cell("print(z)", ("NameError", "name 'z' is not defined")),  # not bound by a failed cell
+             cell("x", ("ValueError", "Exercise 94.1: double it")),         # right message, wrong exception
+             cell("x", ("NotImplementedError", "Exercise 94.9: unknown"))]
+    bad, hit = _stub_errors_only(wrong, exs)
+    assert [b[0] for b in bad] == [0, 1, 2, 3] and not hit
+    assert _top_level_names("import a.b as c, d.e\nfrom f import g\nfor i in x: j = i\ndef h(): k = 1\n"
+                            "[m for m in x]\n%matplotlib inline") == set()  # a magic: not Python
+    assert _top_level_names("import a.b as c, d.e\nfrom f import g\nfor i in x: j = i\ndef h(): k = 1\n"
+                            "[m for m in x]\nclass C: pass\nw += 1") == {"c", "d", "g", "i", "j", "h", "C", "w"}

@@ -145,8 +145,10 @@ def topk_explorer(indexer=None, concentrations=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0), k
         plt.close(fig)
         print("  ".join(f"{n}: {v:.3f}" for n, v in stats.items()))
 
-    return W.interactive(show, concentration=W.SelectionSlider(options=list(concentrations), value=concentrations[-2]),
-                         k=W.SelectionSlider(options=list(ks), value=ks[len(ks) // 2]))
+    wide = {"description_width": "initial"}  # so "concentration" is not cut off
+    return W.interactive(show, concentration=W.SelectionSlider(options=list(concentrations), value=concentrations[-2],
+                                                               style=wide),
+                         k=W.SelectionSlider(options=list(ks), value=ks[len(ks) // 2], style=wide))
 
 
 # ---------------------------------------------------------------- roofline

@@ -192,7 +192,7 @@ def plot_overlap(overlaps: dict):
     for label, ov in overlaps.items():
         ax.plot(np.arange(len(ov)), ov, marker="o", ms=3, label=str(label))
     ax.set_xlabel("layer distance")
-    ax.set_ylabel("|S_a ∩ S_b| / k")
+    ax.set_ylabel(r"$|S_a \cap S_b|\,/\,k$")
     ax.set_ylim(0, 1.05)
     ax.legend(title="drift", fontsize=8)
     fig.tight_layout()

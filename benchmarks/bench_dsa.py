@@ -7,47 +7,33 @@ in S. On a shared 2-core machine multi-threaded BLAS can be several times slower
 """
 from __future__ import annotations
 
-import json
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench import best_of, write_result  # noqa: E402
 
 from hybrid_lab.lightning_indexer import LightningIndexer, attention_target, lightning_indexer  # noqa: E402
 from hybrid_lab.tiny_llm import concentrated_attention  # noqa: E402
 
 
-def best_of(fn, repeats=5):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def main(out=Path(__file__).resolve().parent / "results" / "dsa.json"):
+def main():
     rows = []
     for S in (1024, 2048, 4096, 8192):
         d = concentrated_attention(n_keys=S, n_queries=128, seed=0)
         p = attention_target(d.q, d.k, q_pos=d.q_pos)
         ix = LightningIndexer(64, 4, 16, seed=0)
         q, w, k = ix.project(d.x_queries, d.x_keys)
-        fwd = best_of(lambda: lightning_indexer(q[None], w[None], k[None], 512, d.q_pos))
-        step = best_of(lambda: ix.loss_and_grads(d.x_queries[:64], d.x_keys, p[:64], d.q_pos[:64]))
+        fwd = best_of(repeats=5, fn=lambda: lightning_indexer(q[None], w[None], k[None], 512, d.q_pos))
+        step = best_of(repeats=5, fn=lambda: ix.loss_and_grads(d.x_queries[:64], d.x_keys, p[:64], d.q_pos[:64]))
         rows.append({"S": S, "T_forward": 128, "forward_s": round(fwd, 5), "T_train": 64, "train_step_s": round(step, 5)})
         print(rows[-1])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "lightning indexer (numpy)", "index_heads": 4, "index_dim": 16,
-                               "blas_threads_env": os.environ.get("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")),
-                               "machine": platform.platform(), "python": platform.python_version(),
-                               "results": rows}, indent=2))
-    print("wrote", out)
+    write_result("dsa", {"benchmark": "lightning indexer (numpy)", "index_heads": 4, "index_dim": 16,
+                         "blas_threads_env": os.environ.get("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")),
+                         "results": rows})
 
 
 if __name__ == "__main__":

@@ -7,29 +7,19 @@ the measured speed-up at toy width mostly reflects skipped layer-positions, not 
 """
 from __future__ import annotations
 
-import json
-import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _bench import best_of, write_result  # noqa: E402
+
 from hybrid_lab.hysparse2 import HySparse2, HySparse2Config  # noqa: E402
 
 
-def best_of(fn, repeats=3):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def main(out=Path(__file__).resolve().parent / "results" / "hysparse2.json"):
+def main():
     cfg = HySparse2Config(window=16, topk=64, swa_window=16, dtype="float32")
     model = HySparse2(cfg)
     rows = []
@@ -42,11 +32,8 @@ def main(out=Path(__file__).resolve().parent / "results" / "hysparse2.json"):
         rows.append({"L": L, "full_prefill_s": round(full, 4), "early_exit_prefill_s": round(early, 4),
                      "speedup": round(full / early, 2), "decode_step_s": round(dec, 5)})
         print(rows[-1])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "hysparse2 prefill", "config": cfg.__dict__ | {"bridge_sources": None},
-                               "machine": platform.platform(), "python": platform.python_version(),
-                               "results": rows}, indent=2, default=str))
-    print("wrote", out)
+    write_result("hysparse2", {"benchmark": "hysparse2 prefill", "config": cfg.__dict__ | {"bridge_sources": None},
+                               "results": rows})
 
 
 if __name__ == "__main__":

@@ -9,14 +9,14 @@ from hiding the transfer; the first request also pays the workers' start-up.
 """
 from __future__ import annotations
 
-import json
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench import write_result  # noqa: E402
 
 from hybrid_lab.hysparse2 import HySparse2Config  # noqa: E402
 from hybrid_lab.pd_workers import reference_tokens, run_pd  # noqa: E402
@@ -28,7 +28,7 @@ def ttft(reports, req):
     return d1 - p0
 
 
-def main(out=Path(__file__).resolve().parent / "results" / "pd.json"):
+def main():
     cfg = HySparse2Config(window=16, topk=64, swa_window=16, dtype="float32")
     rng = np.random.default_rng(0)
     L, n_req, n_new = 1024, 3, 4
@@ -43,11 +43,8 @@ def main(out=Path(__file__).resolve().parent / "results" / "pd.json"):
                      "bytes_per_request": r["P"]["bytes"][0],
                      "ttft_s": [round(ttft(r, q), 4) for q in range(n_req)]})
         print(rows[-1])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "pd gloo live", "config": cfg.__dict__ | {"bridge_sources": None},
-                               "machine": platform.platform(), "python": platform.python_version(),
-                               "results": rows}, indent=2, default=str))
-    print("wrote", out)
+    write_result("pd", {"benchmark": "pd gloo live", "config": cfg.__dict__ | {"bridge_sources": None},
+                        "results": rows})
 
 
 if __name__ == "__main__":

@@ -291,6 +291,18 @@ class _CacheBase:
 
 
 # ---------------------------------------------------------------------------------------------------- radix tree
+
+    def _clone_tables(self):
+        """A shallow copy whose node tables and lists are copied (what both policies' ``clone`` share)."""
+        c = object.__new__(type(self))
+        c.__dict__.update(self.__dict__)
+        for name, _, _ in self._FIELDS:
+            setattr(c, name, getattr(self, name).copy())
+        c._free = list(self._free)
+        c.seq, c.kv, c.st = list(self.seq), list(self.kv), list(self.st)
+        return c
+
+
 class RadixCache(_CacheBase):
     """Token-level radix tree with Marconi's admission; eviction by ``eviction_scores`` (α = 0: LRU = SGLang+).
 
@@ -329,12 +341,7 @@ class RadixCache(_CacheBase):
 
     def clone(self) -> "RadixCache":
         """An independent copy (token buffers and payload arrays are shared: they are never written)."""
-        c = object.__new__(type(self))
-        c.__dict__.update(self.__dict__)
-        for name, _, _ in self._FIELDS:
-            setattr(c, name, getattr(self, name).copy())
-        c._free = list(self._free)
-        c.seq, c.kv, c.st = list(self.seq), list(self.kv), list(self.st)
+        c = self._clone_tables()
         c.children = [None if d is None else dict(d) for d in self.children]
         c.stats = dict(self.stats)
         c.log = []
@@ -641,12 +648,7 @@ class BlockCache(_CacheBase):
         self.alpha = 0.0
 
     def clone(self) -> "BlockCache":
-        c = object.__new__(type(self))
-        c.__dict__.update(self.__dict__)
-        for name, _, _ in self._FIELDS:
-            setattr(c, name, getattr(self, name).copy())
-        c._free = list(self._free)
-        c.seq, c.kv, c.st = list(self.seq), list(self.kv), list(self.st)
+        c = self._clone_tables()
         c.edges = dict(self.edges)
         c.stats = dict(self.stats)
         c.log = []

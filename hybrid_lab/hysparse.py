@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+from hybrid_lab.sparse_attention import softmax_with_sink, sparse_attention, topk_indices
 
 __all__ = [
     "HySparseConfig", "HySparse", "rms_norm", "apply_rope", "masked_attention", "attention_probs",
@@ -76,17 +76,8 @@ def attention_probs(q, k, mask, scale, sink=None):
     qg = q.reshape(T, Hkv, G, d)
     logits = np.einsum("tgjd,sgd->tgjs", qg, k) * scale              # (T, Hkv, G, S)
     logits = np.where(mask[:, None, None, :], logits, -np.inf)
-    m = logits.max(axis=-1, keepdims=True)
-    if sink is not None:
-        s = np.asarray(sink, dtype=logits.dtype).reshape(1, Hkv, G, 1)
-        m = np.maximum(m, s)
-    m = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(logits - m)
-    den = p.sum(axis=-1, keepdims=True)
-    if sink is not None:
-        den = den + np.exp(s - m)
-    p = p / np.where(den > 0, den, 1.0)
-    return p.reshape(T, Hq, -1)
+    s = None if sink is None else np.asarray(sink, dtype=logits.dtype).reshape(1, Hkv, G, 1)
+    return softmax_with_sink(logits, s).reshape(T, Hq, -1)
 
 
 def masked_attention(q, k, v, mask, scale, sink=None):

@@ -55,6 +55,23 @@ def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     return order
 
 
+def softmax_with_sink(logits, sink=None):
+    """Softmax over the last axis with ``-inf`` entries masked out; rows with nothing visible give all zeros.
+
+    sink: optional logit broadcastable to ``logits[..., :1]``: it adds ``exp(sink)`` to the denominator (a slot that
+    absorbs probability mass), so a row then sums to < 1.
+    """
+    m = logits.max(axis=-1, keepdims=True)
+    if sink is not None:
+        m = np.maximum(m, sink)
+    m = np.where(np.isfinite(m), m, 0.0)          # all-masked rows: avoid inf - inf
+    p = np.exp(logits - m)
+    den = p.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        den = den + np.exp(sink - m)
+    return p / np.where(den > 0, den, 1.0)
+
+
 @swappable("sparse_attention")
 def sparse_attention(q, k, v, idx, scale=None, sink=None):
     """o[b,t,h] = Σ_{s ∈ idx[b,t,g(h)]} softmax_s(q·k_s · scale) v_s, one softmax over the index set.
@@ -93,15 +110,8 @@ def sparse_attention(q, k, v, idx, scale=None, sink=None):
     qg = q.reshape(B, T, Hkv, G, d)
     logits = np.einsum("btgjd,btgkd->btgjk", qg, ks) * scale           # (B, T, Hkv, G, K)
     logits = np.where(valid[:, :, :, None, :], logits, -np.inf)
-    m = logits.max(axis=-1, keepdims=True)
     if sink is not None:
         sink = np.asarray(sink, dtype=logits.dtype).reshape(Hkv, G)[None, None, :, :, None]
-        m = np.maximum(m, sink)
-    m = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(logits - m)
-    den = p.sum(axis=-1, keepdims=True)
-    if sink is not None:
-        den = den + np.exp(sink - m)
-    p = p / np.where(den > 0, den, 1.0)
+    p = softmax_with_sink(logits, sink)
     o = np.einsum("btgjk,btgkd->btgjd", p, vs)
     return o.reshape(B, T, Hq, v.shape[3]).astype(np.result_type(q.dtype, np.float32), copy=False)

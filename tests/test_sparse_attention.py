@@ -68,3 +68,10 @@ def test_topk_bad():
         topk_indices(np.zeros(3), 0)
     with pytest.raises(ValueError, match="NaN"):
         topk_indices(np.array([np.nan]), 1)
+
+
+def test_softmax_with_sink():
+    from hybrid_lab.sparse_attention import softmax_with_sink
+    z = np.array([[0.0, np.log(3.0), -np.inf], [-np.inf, -np.inf, -np.inf]])
+    np.testing.assert_allclose(softmax_with_sink(z), [[0.25, 0.75, 0.0], [0, 0, 0]])
+    np.testing.assert_allclose(softmax_with_sink(z, np.zeros((2, 1)))[0], [0.2, 0.6, 0.0])

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _bench import best_of, write_result  # noqa: E402
 
-from hybrid_lab.hysparse2 import HySparse2, HySparse2Config  # noqa: E402
+from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config  # noqa: E402
 
 
 def main():

@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hybrid_lab.radix_cache import simulate  # noqa: E402
-from hybrid_lab.workloads import agent_trace, trace_stats  # noqa: E402
+from hybrid_lab.serving.radix_cache import simulate  # noqa: E402
+from hybrid_lab.serving.workloads import agent_trace, trace_stats  # noqa: E402
 
 
 def bench(trace, policy, capacity, alpha, repeats=3):

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _bench import write_result  # noqa: E402
 
-from hybrid_lab.hysparse2 import HySparse2Config  # noqa: E402
-from hybrid_lab.pd_workers import reference_tokens, run_pd  # noqa: E402
+from hybrid_lab.models.hysparse2 import HySparse2Config  # noqa: E402
+from hybrid_lab.serving.pd_workers import reference_tokens, run_pd  # noqa: E402
 
 
 def ttft(reports, req):

@@ -18,7 +18,7 @@ def pow2(n: int, lo: int = 16) -> int:
 
 
 def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Deterministic top-k over the last axis, same rules as ``hybrid_lab.sparse_attention.topk_indices``.
+    """Deterministic top-k over the last axis, same rules as ``hybrid_lab.ops.sparse_attention.topk_indices``.
 
     Descending score, ties to the smaller position (a stable sort keeps position order among equals), -inf never
     selected, -1 padding when fewer than k positions are selectable. Returns int64 (..., k).

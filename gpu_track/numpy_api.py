@@ -1,7 +1,7 @@
 """numpy in, numpy out: what ``hybrid_lab.use_backend("triton")`` calls in place of the numpy twins.
 
-Same names, signatures and semantics as the twins (``hybrid_lab.ssm``, ``hybrid_lab.sparse_attention``,
-``hybrid_lab.lightning_indexer``, ``hybrid_lab.infllm``, ``hybrid_lab.hysparse2``). Each function checks its
+Same names, signatures and semantics as the twins (``hybrid_lab.ops.ssm``, ``hybrid_lab.ops.sparse_attention``,
+``hybrid_lab.models.lightning_indexer``, ``hybrid_lab.models.infllm``, ``hybrid_lab.models.hysparse2``). Each function checks its
 arguments with the same ValueErrors, moves the arrays to the kernels' device (the GPU, or CPU tensors under
 ``TRITON_INTERPRET=1``), runs the Triton kernel and returns numpy arrays of the twin's dtype. float64 inputs run
 the kernels in float64 so the two backends print the same rounded numbers.
@@ -18,7 +18,7 @@ from gpu_track import lightning_indexer as _li
 from gpu_track import selective_scan as _ss
 from gpu_track import sparse_attention as _sa
 from gpu_track import ssd as _ssd
-from hybrid_lab.sparse_attention import query_positions
+from hybrid_lab.ops.sparse_attention import query_positions
 from gpu_track._common import device
 
 _FLOATS = (np.float16, np.float32, np.float64)
@@ -55,8 +55,8 @@ def _np(t, dtype):
 
 # ------------------------------------------------------------------------------------------- selective scans
 def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
-    """Mamba-1 chunked selective scan on the Triton kernel; see ``hybrid_lab.ssm.selective_scan``."""
-    from hybrid_lab.ssm import _check_mamba1, _chunk, _ftype
+    """Mamba-1 chunked selective scan on the Triton kernel; see ``hybrid_lab.ops.ssm.selective_scan``."""
+    from hybrid_lab.ops.ssm import _check_mamba1, _chunk, _ftype
     x, dt, A, B, C, D, h0 = _check_mamba1(x, dt, A, B, C, D, h0)
     _chunk(chunk_size)
     out = _ftype(x, dt, A, B, C)
@@ -67,8 +67,8 @@ def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
 
 
 def selective_scan_step(x, dt, A, B, C, D, h):
-    """One Mamba-1 decode step on the Triton kernel; see ``hybrid_lab.ssm.selective_scan_step``."""
-    from hybrid_lab.ssm import _check_mamba1
+    """One Mamba-1 decode step on the Triton kernel; see ``hybrid_lab.ops.ssm.selective_scan_step``."""
+    from hybrid_lab.ops.ssm import _check_mamba1
     x, dt, A, B, C, D, h = _check_mamba1(
         np.asarray(x)[:, None], np.asarray(dt)[:, None], A, np.asarray(B)[:, None], np.asarray(C)[:, None], D,
         np.asarray(h))
@@ -81,8 +81,8 @@ def selective_scan_step(x, dt, A, B, C, D, h):
 
 
 def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
-    """Mamba-2 SSD chunked scan on the Triton kernel; see ``hybrid_lab.ssm.ssd_chunked``."""
-    from hybrid_lab.ssm import _check_mamba2, _chunk, _ftype
+    """Mamba-2 SSD chunked scan on the Triton kernel; see ``hybrid_lab.ops.ssm.ssd_chunked``."""
+    from hybrid_lab.ops.ssm import _check_mamba2, _chunk, _ftype
     x, dt, A, B, C, D, h0 = _check_mamba2(x, dt, A, B, C, D, h0)
     Q = _chunk(chunk_size)
     out = _ftype(x, dt, A, B, C)
@@ -97,8 +97,8 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
 
 # ------------------------------------------------------------------------------------------- sparse attention
 def sparse_attention(q, k, v, idx, scale=None, sink=None):
-    """Token-level sparse attention on the Triton kernel; see ``hybrid_lab.sparse_attention.sparse_attention``."""
-    from hybrid_lab.sparse_attention import sparse_attention as twin
+    """Token-level sparse attention on the Triton kernel; see ``hybrid_lab.ops.sparse_attention.sparse_attention``."""
+    from hybrid_lab.ops.sparse_attention import sparse_attention as twin
     q, k, v, idx = np.asarray(q), np.asarray(k), np.asarray(v), np.asarray(idx)
     # the twin's checks on a zero-length copy of the work: same ValueErrors, no cost
     twin.numpy_impl(q[:, :0], k, v, idx[:, :0], scale, sink) if q.ndim == 4 and idx.ndim == 4 else twin.numpy_impl(
@@ -117,8 +117,8 @@ def sparse_attention(q, k, v, idx, scale=None, sink=None):
 
 
 def lightning_indexer(q, w, k, topk, q_pos=None):
-    """Lightning indexer scores + deterministic top-k on the Triton kernel; see ``hybrid_lab.lightning_indexer``."""
-    from hybrid_lab.lightning_indexer import lightning_indexer as twin
+    """Lightning indexer scores + deterministic top-k on the Triton kernel; see ``hybrid_lab.models.lightning_indexer``."""
+    from hybrid_lab.models.lightning_indexer import lightning_indexer as twin
     q, w, k = np.asarray(q), np.asarray(w), np.asarray(k)
     if q.ndim == 4 and w.ndim == 3:
         twin.numpy_impl(q[:, :0], w[:, :0], k, topk, None if q_pos is None else np.asarray(q_pos)[:0])
@@ -138,8 +138,8 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
 
 
 def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
-    """HySparse2 FA decode + top-k on the Triton kernels; see ``hybrid_lab.hysparse2.fa_decode_topk``."""
-    from hybrid_lab.hysparse2 import check_fa_decode_args
+    """HySparse2 FA decode + top-k on the Triton kernels; see ``hybrid_lab.models.hysparse2.fa_decode_topk``."""
+    from hybrid_lab.models.hysparse2 import check_fa_decode_args
     q, k, v = check_fa_decode_args(q, k, v, topk, window, sink)
     ft = _common_float(q, k, v)
     o, idx = _fa.fa_decode_topk(_t(q, "q").to(ft), _t(k, "k").to(ft), _t(v, "v").to(ft), int(topk), int(window),
@@ -148,8 +148,8 @@ def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
 
 
 def block_sparse_attention(q, k, v, block_idx, block_size=64, scale=None, q_pos=None):
-    """Block-sparse attention on the Triton kernel; see ``hybrid_lab.infllm.block_sparse_attention``."""
-    from hybrid_lab.infllm import _check_q_pos, block_sparse_attention as twin
+    """Block-sparse attention on the Triton kernel; see ``hybrid_lab.models.infllm.block_sparse_attention``."""
+    from hybrid_lab.models.infllm import _check_q_pos, block_sparse_attention as twin
     q, k, v, block_idx = np.asarray(q), np.asarray(k), np.asarray(v), np.asarray(block_idx)
     if q.ndim == 4 and block_idx.ndim == 4:   # the twin's checks on zero queries (q_pos checked below)
         twin.numpy_impl(q[:, :0], k, v, block_idx[:, :0], block_size, scale, np.zeros(0, np.int64))

@@ -12,11 +12,13 @@ from collections import Counter
 
 import numpy as np
 
-from hybrid_lab import infllm, ssm, use_backend
-from hybrid_lab.backend import SWAPPABLE_OPS
-from hybrid_lab.hysparse2 import fa_decode_topk
-from hybrid_lab.lightning_indexer import lightning_indexer
-from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+from hybrid_lab.models import infllm
+from hybrid_lab.ops import ssm
+from hybrid_lab import use_backend
+from hybrid_lab.ops.registry import SWAPPABLE_OPS
+from hybrid_lab.models.hysparse2 import fa_decode_topk
+from hybrid_lab.models.lightning_indexer import lightning_indexer
+from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 
 def demo_01() -> list:

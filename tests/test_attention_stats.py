@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.attention_stats import (attention_entropy, attention_probs, dense_attention, entropy_per_head,
+from hybrid_lab.models.attention_stats import (attention_entropy, attention_probs, dense_attention, entropy_per_head,
                                         oracle_topk, topk_mass, topk_output_error)
-from hybrid_lab.sparse_attention import sparse_attention
+from hybrid_lab.ops.sparse_attention import sparse_attention
 
 
 def _qkv(rng, B=2, T=4, Hq=4, Hkv=2, S=7, d=5):
@@ -86,7 +86,7 @@ def test_bad_input(rng):
 def test_plot_helpers_return_figures():
     import matplotlib.pyplot as plt
 
-    from hybrid_lab.dsa_widgets import plot_entropy, plot_losses, plot_topk_curves
+    from hybrid_lab.widgets.dsa import plot_entropy, plot_losses, plot_topk_curves
 
     fig = plot_entropy({"a": [6.9, 6.8], "b": [3.0]}, 6.93)
     assert len(fig.axes[0].patches) == 3

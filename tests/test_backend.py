@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import hybrid_lab
-from hybrid_lab import backend
-from hybrid_lab.ssm import selective_scan
+from hybrid_lab.ops import registry as backend
+from hybrid_lab.ops.ssm import selective_scan
 
 
 def test_default_and_context_manager():

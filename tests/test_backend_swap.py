@@ -20,11 +20,13 @@ gpu_track = pytest.importorskip("gpu_track")   # first: it sets TRITON_INTERPRET
 pytest.importorskip("triton")
 
 import hybrid_lab  # noqa: E402
-from hybrid_lab import infllm, ssm, use_backend  # noqa: E402
-from hybrid_lab.backend import SWAPPABLE_OPS, get_backend  # noqa: E402
-from hybrid_lab.hysparse2 import fa_decode_topk  # noqa: E402
-from hybrid_lab.lightning_indexer import lightning_indexer  # noqa: E402
-from hybrid_lab.sparse_attention import sparse_attention  # noqa: E402
+from hybrid_lab.models import infllm
+from hybrid_lab.ops import ssm
+from hybrid_lab import use_backend  # noqa: E402
+from hybrid_lab.ops.registry import SWAPPABLE_OPS, get_backend  # noqa: E402
+from hybrid_lab.models.hysparse2 import fa_decode_topk  # noqa: E402
+from hybrid_lab.models.lightning_indexer import lightning_indexer  # noqa: E402
+from hybrid_lab.ops.sparse_attention import sparse_attention  # noqa: E402
 from gpu_track import numpy_api, swap_demo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.bounds import (bound_reuse, bound_sparse, check_bounds, missing_mass, renormalized_output,
+from hybrid_lab.costs.bounds import (bound_reuse, bound_sparse, check_bounds, missing_mass, renormalized_output,
                                sparse_error, tight_instance, tv_distance)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid_lab import cli, course
+from hybrid_lab.course import cli, pipeline as course
 
 ROOT = course.repo_root()
 SUBCOMMANDS = ("open", "grade", "build", "check", "execute", "bench")

@@ -6,7 +6,7 @@ import sys
 import nbformat
 import pytest
 
-from hybrid_lab import course
+from hybrid_lab.course import pipeline as course
 
 ROOT = course.repo_root()
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -112,6 +112,6 @@ def test_wrong_code_with_saved_wrong_outputs_still_fails(tmp_path):
 
 def test_cli_grade_exit_code():
     lab = ROOT / "labs" / "00_three_costs.ipynb"
-    p = subprocess.run([sys.executable, "-m", "hybrid_lab.cli", "grade", "-x", str(lab)], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "hybrid_lab.course.cli", "grade", "-x", str(lab)], capture_output=True, text=True)
     assert p.returncode == 1
     assert "00.1" in p.stdout and "FAIL" in p.stdout

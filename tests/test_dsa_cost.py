@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.dsa_cost import (DEEPSEEK_V32, DSAConfig, decode_bytes, decode_crossover, kv_overhead,
+from hybrid_lab.costs.dsa_cost import (DEEPSEEK_V32, DSAConfig, decode_bytes, decode_crossover, kv_overhead,
                                  prefill_flops, prefill_speedup_limit)
-from hybrid_lab.dsa_widgets import plot_roofline, roofline_summary
+from hybrid_lab.widgets.dsa import plot_roofline, roofline_summary
 
 
 def test_per_pair_costs():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab import explore
+from hybrid_lab.widgets import basics as explore
 
 
 def test_three_costs_rows_and_figure():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.flops7b import EXERCISE4_REPORTED, L7B, HybridLayout, efficiency_table, exercise4
+from hybrid_lab.costs.shape7b import EXERCISE4_REPORTED, L7B, HybridLayout, efficiency_table, exercise4
 
 
 def test_ledger_constants():
@@ -12,7 +12,7 @@ def test_ledger_constants():
 
 
 def test_agrees_with_lead_ledger():
-    ledger = pytest.importorskip("hybrid_lab.ledger")
+    ledger = pytest.importorskip("hybrid_lab.costs.ledger")
     assert ledger.kv_bytes_per_token(ledger.HYBRID_7B) == L7B.kv_bytes_per_token
     assert ledger.ssm_state_bytes(ledger.HYBRID_7B) == L7B.state_bytes
 

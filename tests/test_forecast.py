@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.forecast import (SyntheticModel, candidate_mask, evaluate_selectors, forecast_logits,
+from hybrid_lab.models.forecast import (SyntheticModel, candidate_mask, evaluate_selectors, forecast_logits,
                                  forecast_loss_and_grad, init_params, make_setup, pool_fine_to_coarse,
                                  rest_bucket_kl, rest_bucket_partition, teacher_scores, train_forecast)
 

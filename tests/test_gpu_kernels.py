@@ -21,9 +21,10 @@ pytest.importorskip("triton")
 from gpu_track import _common  # noqa: E402
 from gpu_track import block_sparse, fa_decode_topk, lightning_indexer, numpy_api, selective_scan  # noqa: E402
 from gpu_track import sparse_attention, ssd  # noqa: E402
-from hybrid_lab import hysparse2, infllm, ssm  # noqa: E402
-from hybrid_lab import lightning_indexer as li_twin  # noqa: E402
-from hybrid_lab import sparse_attention as sa_twin  # noqa: E402
+from hybrid_lab.models import hysparse2, infllm
+from hybrid_lab.ops import ssm  # noqa: E402
+from hybrid_lab.models import lightning_indexer as li_twin  # noqa: E402
+from hybrid_lab.ops import sparse_attention as sa_twin  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ON_GPU = not gpu_track.INTERPRET

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.hybrid import (HybridCache, HybridConfig, MiniHybrid, chunk_boundary, reusable_prefix,
+from hybrid_lab.models.hybrid import (HybridCache, HybridConfig, MiniHybrid, chunk_boundary, reusable_prefix,
                                serve_with_reuse, shared_prefix_len)
 
 

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.hysparse import (HySparse, HySparseConfig, apply_rope, block_scores, blocks_to_tokens,
-                                 drifting_attention_stack, gated_fusion, masked_attention, select_blocks,
-                                 topk_overlap_by_distance)
-from hybrid_lab.sparse_attention import sparse_attention
+from hybrid_lab.core.blocks import apply_rope, masked_attention
+from hybrid_lab.models.hysparse import (HySparse, HySparseConfig, block_scores, blocks_to_tokens, drifting_attention_stack,
+                                        gated_fusion, select_blocks, topk_overlap_by_distance)
+from hybrid_lab.ops.sparse_attention import sparse_attention
 
 
 def test_block_scores_sum_probability_mass():

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.hysparse2 import (HySparse2, HySparse2Cache, HySparse2Config, fa_decode_topk, forced_window_select,
+from hybrid_lab.models.hysparse2 import (HySparse2, HySparse2Cache, HySparse2Config, fa_decode_topk, forced_window_select,
                                   replay_errors, replay_tail, self_decoder_weight_names)
-from hybrid_lab.hysparse import masked_attention
-from hybrid_lab.sparse_attention import sparse_attention
+from hybrid_lab.core.blocks import masked_attention
+from hybrid_lab.ops.sparse_attention import sparse_attention
 
 SMALL = dict(d_model=16, d_ff=32, self_swa_before=1, self_swa_after=1, cross_layers=4, group_size=2)
 
@@ -45,7 +45,7 @@ def test_early_exit_skips_the_cross_decoder_history():
 
 
 def test_compute_map_matches_trace():
-    from hybrid_lab.hysparse_widgets import FULL, compute_map
+    from hybrid_lab.widgets.hysparse import FULL, compute_map
 
     cfg = HySparse2Config(**SMALL)
     m = HySparse2(cfg)
@@ -219,7 +219,7 @@ def test_chunked_prefill_and_float32():
 
 
 def test_cache_summary_and_captured_mass():
-    from hybrid_lab.hysparse2 import captured_mass
+    from hybrid_lab.models.hysparse2 import captured_mass
 
     _, c = HySparse2(HySparse2Config(**SMALL, swa_window=3)).prefill(toks(9))
     rows = {r[0]: r for r in c.summary()}

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab import hysparse_ledger as hl
+from hybrid_lab.costs import hysparse_ledger as hl
 
 
 def test_kv_gb_at_1m_matches_reported_to_two_decimals():
@@ -65,9 +65,9 @@ def test_widgets_and_plots():
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
-    from hybrid_lab import hysparse_widgets as hw
-    from hybrid_lab.bounds import check_bounds
-    from hybrid_lab.hysparse2 import HySparse2Config
+    from hybrid_lab.widgets import hysparse as hw
+    from hybrid_lab.costs.bounds import check_bounds
+    from hybrid_lab.models.hysparse2 import HySparse2Config
 
     cfg = HySparse2Config()
     m = hw.compute_map(cfg, 10, early_exit=True)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.infllm import (block_overlap, block_sparse_attention, blocks_from_compressed, compress_keys,
+from hybrid_lab.models.infllm import (block_overlap, block_sparse_attention, blocks_from_compressed, compress_keys,
                                compressed_visible, group_scores, infllm_v2_select, n_blocks, pool_to_blocks,
                                select_blocks)
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab import ledger as lg
+from hybrid_lab.costs import ledger as lg
 
 M = lg.HYBRID_7B
 
@@ -41,7 +41,7 @@ def test_bad_inputs():
 
 
 def test_prefill_matches_flops7b_exercise4():
-    from hybrid_lab.flops7b import L7B
+    from hybrid_lab.costs.shape7b import L7B
     assert lg.HYBRID_7B.params == L7B.params
     assert float(lg.prefill_flops(lg.HYBRID_7B, 500)) == float(L7B.prefill_flops(500))
     assert round(float(lg.prefill_flops(lg.HYBRID_7B, 500)) / 1e12, 1) == 7.7

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.lightning_indexer import (LightningIndexer, attention_target, dense_kl_loss, lightning_indexer,
+from hybrid_lab.models.lightning_indexer import (LightningIndexer, attention_target, dense_kl_loss, lightning_indexer,
                                           sparse_kl_loss, topk_recall, train_indexer)
-from hybrid_lab.sparse_attention import topk_indices
-from hybrid_lab.tiny_llm import concentrated_attention
+from hybrid_lab.ops.sparse_attention import topk_indices
+from hybrid_lab.models.tiny_llm import concentrated_attention
 
 
 def _loop_scores(q, w, k, q_pos):
@@ -176,7 +176,7 @@ def test_no_bias_generalizes_worse(trained_seed0):
 
 
 def test_score_correlation_sign():
-    from hybrid_lab.lightning_indexer import score_correlation
+    from hybrid_lab.models.lightning_indexer import score_correlation
 
     p = np.array([[0.1, 0.2, 0.7], [0.5, 0.5, 0.0]])
     I = np.log(np.array([[0.1, 0.2, 0.7], [0.3, 0.7, 0.2]]))
@@ -189,7 +189,7 @@ def test_score_correlation_sign():
 def test_topk_explorer_data_and_widgets():
     import matplotlib.pyplot as plt
 
-    from hybrid_lab.dsa_widgets import plot_topk_explorer, roofline_explorer, topk_explorer, topk_explorer_data
+    from hybrid_lab.widgets.dsa import plot_topk_explorer, roofline_explorer, topk_explorer, topk_explorer_data
 
     lo = topk_explorer_data(1.0, 128)
     hi = topk_explorer_data(4.0, 128)

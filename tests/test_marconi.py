@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.flops7b import L7B
-from hybrid_lab.marconi import eviction_scores, flop_efficiency, normalize, run_marconi_auto, tune_alpha
-from hybrid_lab.radix_cache import RadixCache, simulate
-from hybrid_lab.workloads import chat_trace
+from hybrid_lab.costs.shape7b import L7B
+from hybrid_lab.serving.marconi import eviction_scores, flop_efficiency, normalize, run_marconi_auto, tune_alpha
+from hybrid_lab.serving.radix_cache import RadixCache, simulate
+from hybrid_lab.serving.workloads import chat_trace
 
 
 def test_normalize_and_efficiency():
@@ -83,7 +83,7 @@ def test_run_marconi_auto_tunes_after_first_eviction():
 def test_widget_helpers():
     import matplotlib.figure
 
-    from hybrid_lab.marconi_widgets import (explorer, hit_rate_bars, plot_breakdown, plot_capacity_sweep,
+    from hybrid_lab.widgets.marconi import (explorer, hit_rate_bars, plot_breakdown, plot_capacity_sweep,
                                             plot_efficiency, plot_reuse, policy_hit_rates, sweep_capacity)
 
     tr = chat_trace(80, "lmsys", seed=0)

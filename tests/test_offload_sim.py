@@ -6,11 +6,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from hybrid_lab.offload_sim import (A100, H100, MINICPM_8B, Hardware, LayerTimes, batch_sweep, cta_sweep,  # noqa: E402
+from hybrid_lab.serving.offload_sim import (A100, H100, MINICPM_8B, Hardware, LayerTimes, batch_sweep, cta_sweep,  # noqa: E402
                                     heuristic_ctas, layer_times, layer_timeline, max_batch, new_blocks,
                                     overlapped_layer_time, replay_trace, serial_layer_time, step_time,
                                     synthetic_trace, throughput, with_)
-from hybrid_lab import sparda_widgets as sw  # noqa: E402
+from hybrid_lab.widgets import sparda as sw  # noqa: E402
 
 M = MINICPM_8B
 CTX = 131072

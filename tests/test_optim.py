@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.optim import Adam, clip_grad_norm
+from hybrid_lab.core.optim import Adam, clip_grad_norm
 
 
 def test_adam_minimizes_quadratic():

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.hysparse2 import HySparse2, HySparse2Config
-from hybrid_lab.pd_bundle import (BundleError, PDBundle, bundle_bytes, config_hash, decode_header, encode_header,
+from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config
+from hybrid_lab.serving.pd_bundle import (BundleError, PDBundle, bundle_bytes, config_hash, decode_header, encode_header,
                                   make_header, p_weight_names, payload_digest, source_hidden_bytes, verify_header,
                                   weights_hash, wire_plan)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.pd_timeline import (RESOURCES, PDTiming, TaskDAG, build_pd_dag, critical_path, paper_bytes,
+from hybrid_lab.serving.pd_timeline import (RESOURCES, PDTiming, TaskDAG, build_pd_dag, critical_path, paper_bytes,
                                     pd_overlap, plot_events, plot_timeline, schedule, timeline_summary,
                                     timeline_widget)
 

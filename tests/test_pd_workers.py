@@ -4,11 +4,11 @@ import time
 import numpy as np
 import pytest
 
-from hybrid_lab.hysparse2 import HySparse2, HySparse2Config
-from hybrid_lab.pd_bundle import BundleError, PDBundle, bundle_bytes, encode_header, payload_digest
+from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config
+from hybrid_lab.serving.pd_bundle import BundleError, PDBundle, bundle_bytes, encode_header, payload_digest
 
 torch = pytest.importorskip("torch")
-from hybrid_lab.pd_workers import DWorker, PWorker, TransferTimeout, reference_tokens, run_pd  # noqa: E402
+from hybrid_lab.serving.pd_workers import DWorker, PWorker, TransferTimeout, reference_tokens, run_pd  # noqa: E402
 
 CFG = HySparse2Config(self_swa_before=2, self_swa_after=2, cross_layers=8, group_size=4, d_model=16, window=2,
                       topk=4, swa_window=3)
@@ -64,7 +64,7 @@ def test_run_pd_validates_arguments():
 
 def _wire_bytes(header_req, L, chunk):
     """What P sends for one accepted request: length + header + payload + 32-byte trailer."""
-    from hybrid_lab.pd_bundle import make_header
+    from hybrid_lab.serving.pd_bundle import make_header
     p = PWorker(CFG, FULL)
     h = make_header(CFG, p.digest, L, chunk, header_req)
     return 8 + encode_header(h).size + bundle_bytes(CFG, L)["total"] + 32

@@ -1,6 +1,6 @@
 import pytest
 
-from hybrid_lab.progress import progress
+from hybrid_lab.core.progress import progress
 
 
 def test_progress_iterates_and_counts():

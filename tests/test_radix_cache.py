@@ -4,9 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_lab.flops7b import HybridLayout
-from hybrid_lab.radix_cache import POLICIES, BlockCache, ByteModel, RadixCache, RealModel, make_cache, simulate
-from hybrid_lab.workloads import Request, chat_trace, exercise3_trace
+from hybrid_lab.costs.shape7b import HybridLayout
+from hybrid_lab.serving.radix_cache import POLICIES, BlockCache, ByteModel, RadixCache, RealModel, make_cache, simulate
+from hybrid_lab.serving.workloads import Request, chat_trace, exercise3_trace
 
 # tiny layout: 8 B of KV per token, 48 B per state, so small capacities create contention
 TINY = HybridLayout(n_attn=1, n_ssm=3, n_mlp=4, d_model=4, n_heads=2, d_state=4, dtype_bytes=1, mlp_hidden=16,
@@ -133,7 +133,7 @@ def test_pure_attention_policies_nearly_equal():
 
 
 def test_real_model_every_hit_equals_recomputation():
-    from hybrid_lab.hybrid import HybridConfig, MiniHybrid
+    from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
 
     model = MiniHybrid(HybridConfig(dtype="float64", seed=0))
     tr = exercise3_trace(len_s=8, len_d=24, len_q=5, len_a=6, len_f=4)
@@ -152,7 +152,7 @@ def test_real_model_every_hit_equals_recomputation():
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces(vocab=3, max_requests=6), policy=st.sampled_from(POLICIES), cap_states=st.integers(1, 6))
 def test_real_model_property(trace, policy, cap_states):
-    from hybrid_lab.hybrid import HybridConfig, MiniHybrid
+    from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
 
     rm = RealModel(_MODEL.setdefault("m", MiniHybrid(HybridConfig(dtype="float64"))))
     cache = make_cache(policy, cap_states * (rm.state_bytes + 4 * rm.kv_bytes_per_token), rm, alpha=0.3, block=2)
@@ -165,7 +165,7 @@ _MODEL = {}
 
 
 def test_real_model_detects_a_wrong_state():
-    from hybrid_lab.hybrid import HybridConfig, MiniHybrid
+    from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
 
     rm = RealModel(MiniHybrid(HybridConfig(dtype="float64")))
     cache = make_cache("sglang+", 1e9, rm)

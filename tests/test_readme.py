@@ -1,7 +1,7 @@
 """The README's two set-up commands are the ones CI runs and the ones the docs promise."""
 import re
 
-from hybrid_lab.course import repo_root
+from hybrid_lab.course.pipeline import repo_root
 
 ROOT = repo_root()
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 
 def dense(q, k, v, sink=None):
@@ -71,7 +71,7 @@ def test_topk_bad():
 
 
 def test_softmax_with_sink():
-    from hybrid_lab.sparse_attention import softmax_with_sink
+    from hybrid_lab.core.blocks import softmax_with_sink
     z = np.array([[0.0, np.log(3.0), -np.inf], [-np.inf, -np.inf, -np.inf]])
     np.testing.assert_allclose(softmax_with_sink(z), [[0.25, 0.75, 0.0], [0, 0, 0]])
     np.testing.assert_allclose(softmax_with_sink(z, np.zeros((2, 1)))[0], [0.2, 0.6, 0.0])

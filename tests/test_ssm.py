@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab import ssm
+from hybrid_lab.ops import ssm
 
 
 def _inputs(rng, Bt=2, L=37, D=6, N=4, scale=1.0):

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.attention_stats import attention_probs, entropy_per_head, topk_mass
-from hybrid_lab.tiny_llm import TinyLLM, TinyLLMConfig, concentrated_attention
+from hybrid_lab.models.attention_stats import attention_probs, entropy_per_head, topk_mass
+from hybrid_lab.models.tiny_llm import TinyLLM, TinyLLMConfig, concentrated_attention
 
 
 def test_tiny_llm_shapes_and_near_uniform_attention():

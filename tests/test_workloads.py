@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hybrid_lab.workloads import (Request, agent_trace, chat_trace, exercise3_trace, load_jsonl, save_jsonl,
+from hybrid_lab.serving.workloads import (Request, agent_trace, chat_trace, exercise3_trace, load_jsonl, save_jsonl,
                                   shared_prefix_trace, trace_stats, validate_trace)
 
 

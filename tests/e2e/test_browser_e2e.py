@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid_lab import course
+from hybrid_lab.course import pipeline as course
 
 ROOT = course.repo_root()
 NB_DIR = Path(os.environ.get("HYBRID_LAB_E2E_DIR", ROOT))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.pd_bundle import (BundleError, PDBundle, decode_header, encode_header, make_header, p_weight_names,
+from hybrid_lab.serving.pd_bundle import (BundleError, PDBundle, decode_header, encode_header, make_header, p_weight_names,
                                   verify_header, weights_hash, wire_plan)
 
 __all__ = ["TransferTimeout", "PWorker", "DWorker", "free_port", "run_pd", "reference_tokens", "FAULTS"]
@@ -47,11 +47,11 @@ class PWorker:
     """The prefill role: holds ONLY the embedding, the Self-decoder and the bridging projections.
 
     ``weights`` may be a full checkpoint: everything else is dropped here, and the worker asserts it holds exactly
-    :func:`~hybrid_lab.pd_bundle.p_weight_names` (no cross-decoder queries/MLPs, no LM head).
+    :func:`~hybrid_lab.serving.pd_bundle.p_weight_names` (no cross-decoder queries/MLPs, no LM head).
     """
 
     def __init__(self, cfg, weights: dict):
-        from hybrid_lab.hysparse2 import HySparse2
+        from hybrid_lab.models.hysparse2 import HySparse2
         names = p_weight_names(cfg)
         missing = [n for n in names if n not in weights]
         if missing:
@@ -85,7 +85,7 @@ class DWorker:
     """The decode role: the full model, a table of installed requests, greedy generation from a bundle."""
 
     def __init__(self, cfg, weights: dict, max_len: int | None = None):
-        from hybrid_lab.hysparse2 import HySparse2
+        from hybrid_lab.models.hysparse2 import HySparse2
         self.cfg = cfg
         self.model = HySparse2(cfg, weights=weights)
         self.digest = weights_hash(self.model.weights, p_weight_names(cfg))
@@ -124,7 +124,7 @@ class DWorker:
 
 def reference_tokens(cfg, prompts, n_new: int) -> list:
     """Single-process greedy generation (one full model, prefill with early exit, decode) for each prompt."""
-    from hybrid_lab.hysparse2 import HySparse2
+    from hybrid_lab.models.hysparse2 import HySparse2
     model = HySparse2(cfg)
     return [[int(t) for t in model.generate(np.asarray(p), n_new)[0]] for p in prompts]
 
@@ -216,7 +216,7 @@ def _init(rank, port, backend, timeout_s):
 def _p_main(port, spec, out):
     """Rank 0: prefill every prompt, stream each bundle, never wait for D's decoding."""
     import torch.distributed as dist
-    from hybrid_lab.hysparse2 import HySparse2
+    from hybrid_lab.models.hysparse2 import HySparse2
     report = {"role": "P", "bytes": {}, "refused_by_d": [], "events": [], "error": None}
     try:
         device = _init(0, port, spec["backend"], spec["timeout_s"])
@@ -328,7 +328,7 @@ def _d_receiver(link, worker, ready, log):
 def _d_main(port, spec, out):
     """Rank 1: receive bundles in a thread; install, first token, decode in the main thread."""
     import torch.distributed as dist
-    from hybrid_lab.hysparse2 import HySparse2
+    from hybrid_lab.models.hysparse2 import HySparse2
     report = {"role": "D", "tokens": {}, "refused": {}, "bytes": {}, "installed": [], "events": [], "error": None}
     try:
         device = _init(1, port, spec["backend"], spec["timeout_s"])
@@ -394,7 +394,7 @@ def run_pd(prompts, n_new: int, cfg=None, backend: str = "gloo", chunk_size: int
     are always joined or killed before returning.
     """
     import multiprocessing as mp
-    from hybrid_lab.hysparse2 import HySparse2Config
+    from hybrid_lab.models.hysparse2 import HySparse2Config
     cfg = HySparse2Config() if cfg is None else cfg
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hybrid_lab.flops7b import L7B
+from hybrid_lab.costs.shape7b import L7B
 
 GB = 1e9
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.backend import swappable
+from hybrid_lab.core.blocks import softmax_with_sink
+from hybrid_lab.ops.registry import swappable
 
 
 def query_positions(q_pos, T: int, S: int) -> np.ndarray:
@@ -53,23 +54,6 @@ def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     if kk < k:
         order = np.concatenate([order, np.full(order.shape[:-1] + (k - kk,), -1, np.int64)], axis=-1)
     return order
-
-
-def softmax_with_sink(logits, sink=None):
-    """Softmax over the last axis with ``-inf`` entries masked out; rows with nothing visible give all zeros.
-
-    sink: optional logit broadcastable to ``logits[..., :1]``: it adds ``exp(sink)`` to the denominator (a slot that
-    absorbs probability mass), so a row then sums to < 1.
-    """
-    m = logits.max(axis=-1, keepdims=True)
-    if sink is not None:
-        m = np.maximum(m, sink)
-    m = np.where(np.isfinite(m), m, 0.0)          # all-masked rows: avoid inf - inf
-    p = np.exp(logits - m)
-    den = p.sum(axis=-1, keepdims=True)
-    if sink is not None:
-        den = den + np.exp(sink - m)
-    return p / np.where(den > 0, den, 1.0)
 
 
 @swappable("sparse_attention")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.radix_cache import POLICIES, simulate
+from hybrid_lab.serving.radix_cache import POLICIES, simulate
 
 COLORS = {"vllm+": "#9e9e9e", "sglang+": "#4c78a8", "marconi": "#e45756"}
 
@@ -46,7 +46,7 @@ def sweep_capacity(trace, capacities, policies=POLICIES, alpha=0.5, model=None, 
     jobs = [(p, c) for p in policies for c in capacities]
     it = jobs
     if show_progress:
-        from hybrid_lab.progress import progress
+        from hybrid_lab.core.progress import progress
 
         it = progress(jobs, desc="capacity sweep")
     out = {p: np.zeros(len(capacities)) for p in policies}

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.flops7b import L7B, HybridLayout
-from hybrid_lab.marconi import eviction_scores
-from hybrid_lab.workloads import Request, validate_trace
+from hybrid_lab.costs.shape7b import L7B, HybridLayout
+from hybrid_lab.serving.marconi import eviction_scores
+from hybrid_lab.serving.workloads import Request, validate_trace
 
 POLICIES = ("vllm+", "sglang+", "marconi")
 
@@ -57,7 +57,7 @@ class ByteModel:
 
 
 class RealModel(ByteModel):
-    """The mini hybrid's real KV and SSM states (``hybrid_lab.hybrid.MiniHybrid``).
+    """The mini hybrid's real KV and SSM states (``hybrid_lab.models.hybrid.MiniHybrid``).
 
     Sizes come from the model's arrays; FLOPs (for eviction scores only) from a layout of the same widths.
     ``verify=True`` restores every hit and compares it with a fresh prefill of the same prefix: a mismatch raises
@@ -241,7 +241,7 @@ class _CacheBase:
         hits = np.zeros(len(trace), np.int64)
         it = trace
         if progress_desc:
-            from hybrid_lab.progress import progress
+            from hybrid_lab.core.progress import progress
             it = progress(trace, desc=progress_desc)
         for i, r in enumerate(it):
             hits[i] = self.serve(r)
@@ -250,7 +250,7 @@ class _CacheBase:
     # real-model helpers -------------------------------------------------------------------------------------
     def _restore(self, path_nodes, hit):
         """HybridCache of the first ``hit`` tokens from the KV of the path's edges + the state at the hit node."""
-        from hybrid_lab.hybrid import HybridCache
+        from hybrid_lab.models.hybrid import HybridCache
 
         m = self.model.model
         n_attn = m.cfg.n_attn
@@ -307,7 +307,7 @@ class RadixCache(_CacheBase):
     """Token-level radix tree with Marconi's admission; eviction by ``eviction_scores`` (α = 0: LRU = SGLang+).
 
     capacity: bytes; model: ByteModel / RealModel; alpha >= 0; score_fn(last_access, saved_flops, nbytes, alpha)
-    -> scores (lowest is evicted) replaces :func:`hybrid_lab.marconi.eviction_scores` (the notebook's exercise).
+    -> scores (lowest is evicted) replaces :func:`hybrid_lab.serving.marconi.eviction_scores` (the notebook's exercise).
     """
 
     def __init__(self, capacity: float, model=None, alpha: float = 0.0, score_fn=None, policy: str | None = None):
@@ -853,12 +853,12 @@ class SimResult:
 def simulate(trace, policy: str = "marconi", capacity: float = 50e9, model=None, alpha="auto", block: int = 32,
              bootstrap: float = 5.0, alphas=None, processes: int = 2, score_fn=None, progress_desc=None) -> SimResult:
     """Replay a trace through one policy. For "marconi", ``alpha="auto"`` tunes α by bootstrap replay
-    (:func:`hybrid_lab.marconi.run_marconi_auto`); a number fixes it."""
+    (:func:`hybrid_lab.serving.marconi.run_marconi_auto`); a number fixes it."""
     trace = validate_trace(trace)
     if policy == "marconi" and isinstance(alpha, str):
         if alpha != "auto":
             raise ValueError(f"alpha must be a number >= 0 or 'auto', got {alpha!r}")
-        from hybrid_lab.marconi import run_marconi_auto
+        from hybrid_lab.serving.marconi import run_marconi_auto
 
         return run_marconi_auto(trace, capacity, model=model, bootstrap=bootstrap, alphas=alphas,
                                 processes=processes, score_fn=score_fn, progress_desc=progress_desc)

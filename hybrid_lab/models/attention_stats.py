@@ -4,7 +4,7 @@
 - :func:`attention_entropy`: entropy (nats) of each row; its maximum is ``ln(#visible keys)`` (uniform attention).
 - :func:`topk_mass`: probability mass held by the k largest entries of each row.
 - :func:`topk_output_error`: relative error of top-k sparse attention (one softmax renormalized over the selected
-  set, :func:`hybrid_lab.sparse_attention.sparse_attention`) against dense attention.
+  set, :func:`hybrid_lab.ops.sparse_attention.sparse_attention`) against dense attention.
 
 Selection is per KV group, as in DSA's MQA mode: the group's query heads share one index set, chosen by the
 attention probability summed over those heads (ties to the smaller position, see ``topk_indices``).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.sparse_attention import query_positions, sparse_attention, topk_indices
+from hybrid_lab.ops.sparse_attention import query_positions, sparse_attention, topk_indices
 
 
 def _check_qkv(q, k, v=None):
@@ -117,7 +117,7 @@ def topk_output_error(q, k, v, topk: int, scale=None, q_pos=None, idx=None) -> n
 
     q: (B, T, Hq, d); k, v: (B, S, Hkv, d/dv). ``idx`` (B, T, Hkv, K) is the index set to test (e.g. a lightning
     indexer's choice); by default the oracle top-``topk`` set of :func:`oracle_topk`. The sparse output is
-    :func:`hybrid_lab.sparse_attention.sparse_attention`: one softmax renormalized over the selected set.
+    :func:`hybrid_lab.ops.sparse_attention.sparse_attention`: one softmax renormalized over the selected set.
     """
     q, k, v = _check_qkv(q, k, v)
     if not (isinstance(topk, (int, np.integer)) and topk > 0):

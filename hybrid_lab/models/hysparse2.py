@@ -30,7 +30,7 @@ API for prefill/decode disaggregation (a P worker needs only ``embed``, ``self.*
     logits, cache = model.prefill(tokens, early_exit=False)   # reference: Cross on every position
     bundle = cache.to_arrays(); cache = HySparse2Cache.from_arrays(bundle)   # flat arrays for a transport
 
-``HYSPARSE2_80B`` and the cache/FLOP accounting of the paper configuration live in ``hybrid_lab.hysparse_ledger``.
+``HYSPARSE2_80B`` and the cache/FLOP accounting of the paper configuration live in ``hybrid_lab.costs.hysparse_ledger``.
 """
 from __future__ import annotations
 
@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.backend import swappable
-from hybrid_lab.hysparse import (_attn_weights, _check_heads, _check_pos_int, _check_tokens, _init, _mlp_weights,
-                                 apply_rope, masked_attention, rms_norm, sigmoid, silu)
-from hybrid_lab.sparse_attention import sparse_attention, topk_indices
+from hybrid_lab.ops.registry import swappable
+from hybrid_lab.core import checks
+from hybrid_lab.core.blocks import (apply_rope, attn_weights, init_weight, masked_attention, mlp_weights, rms_norm,
+                                    sigmoid, silu)
+from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 __all__ = [
     "BRIDGE_SOURCES", "HySparse2Config", "KVCache", "WindowKVCache", "HySparse2Cache", "HySparse2",
@@ -91,10 +92,10 @@ class HySparse2Config:
     def __post_init__(self):
         for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "cross_layers", "group_size", "window", "topk",
                      "swa_window"):
-            _check_pos_int(name, getattr(self, name))
+            checks.pos_int(name, getattr(self, name))
         for name in ("self_swa_before", "self_swa_after", "cross_swa_window"):
-            _check_pos_int(name, getattr(self, name), minimum=0)
-        _check_heads(self.n_heads_q, self.n_heads_kv)
+            checks.nonneg_int(name, getattr(self, name))
+        checks.heads(self.n_heads_q, self.n_heads_kv)
         if self.cross_layers % self.group_size:
             raise ValueError(f"group_size={self.group_size} must divide cross_layers={self.cross_layers} "
                              f"(each group is 1 FA + {self.group_size - 1} SA)")
@@ -258,8 +259,8 @@ def forced_window_select(scores: np.ndarray, q_pos: np.ndarray, window: int, top
     Returns idx: (T, Hkv, window + topk) int64: slots [0, window) = q_pos - window + 1 .. q_pos (-1 where < 0),
     slots [window, window + topk) = top-k of s <= q_pos - window by score (ties -> smaller s, -1 padded).
     """
-    _check_pos_int("window", window)
-    _check_pos_int("topk", topk)
+    checks.pos_int("window", window)
+    checks.pos_int("topk", topk)
     scores = np.asarray(scores, dtype=np.float64)
     q_pos = np.asarray(q_pos)
     if scores.ndim != 3 or q_pos.shape != scores.shape[:1]:
@@ -299,9 +300,9 @@ def check_fa_decode_args(q, k, v, topk, window, sink):
     S, Hkv = k.shape[1], k.shape[2]
     if S == 0:
         raise ValueError("k must hold at least one position (S >= 1)")
-    _check_heads(Hq, Hkv)
-    _check_pos_int("topk", topk)
-    _check_pos_int("window", window)
+    checks.heads(Hq, Hkv)
+    checks.pos_int("topk", topk)
+    checks.pos_int("window", window)
     if sink is not None and np.asarray(sink).shape != (Hq,):
         raise ValueError(f"sink must have shape (Hq={Hq},), got {np.asarray(sink).shape}")
     for name, a in (("q", q), ("k", k), ("v", v)):
@@ -348,8 +349,8 @@ def replay_tail(depth: int, width: int) -> int:
     Each such layer shrinks the exactly-known range by width - 1: tail = depth * (width - 1) + 1.
     (33 layers x width 4 -> 100, the seed's "100-token"; HySparse2's cross decoder has depth 0 -> 1.)
     """
-    _check_pos_int("depth", depth, minimum=0)
-    _check_pos_int("width", width)
+    checks.nonneg_int("depth", depth)
+    checks.pos_int("width", width)
     return depth * (width - 1) + 1
 
 
@@ -377,25 +378,25 @@ class HySparse2:
     def init_weights(cfg: HySparse2Config) -> dict:
         rng = np.random.default_rng(cfg.seed)
         D, Hq, Hkv, dk, dv, dt = cfg.d_model, cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v, cfg.dtype
-        w = {"embed": rng.standard_normal((cfg.vocab, D)).astype(dt), "lm_head": _init(rng, (D, cfg.vocab), D, dt)}
+        w = {"embed": rng.standard_normal((cfg.vocab, D)).astype(dt), "lm_head": init_weight(rng, (D, cfg.vocab), D, dt)}
         for i in range(cfg.n_self):
             p = f"self.{i}."
             swa = i != cfg.self_swa_before
-            w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, gate=swa and cfg.gates,
+            w.update(attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, gate=swa and cfg.gates,
                                    sink=swa and cfg.sinks))
-            w.update(_mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
+            w.update(mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
         for g in range(cfg.n_groups):
-            w[f"bridge.{g}.wk"] = _init(rng, (D, Hkv * dk), D, dt)      # the cross FA's own K/V projections
-            w[f"bridge.{g}.wv"] = _init(rng, (D, Hkv * dv), D, dt)
-            w.update(_attn_weights(rng, f"cross.{g}.fa.attn.", D, Hq, Hkv, dk, dv, dt, kv=False))
-            w.update(_mlp_weights(rng, f"cross.{g}.fa.mlp.", D, cfg.d_ff, dt))
+            w[f"bridge.{g}.wk"] = init_weight(rng, (D, Hkv * dk), D, dt)      # the cross FA's own K/V projections
+            w[f"bridge.{g}.wv"] = init_weight(rng, (D, Hkv * dv), D, dt)
+            w.update(attn_weights(rng, f"cross.{g}.fa.attn.", D, Hq, Hkv, dk, dv, dt, kv=False))
+            w.update(mlp_weights(rng, f"cross.{g}.fa.mlp.", D, cfg.d_ff, dt))
             for j in range(cfg.group_size - 1):
                 p = f"cross.{g}.sa.{j}."
-                w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=cfg.gates,
+                w.update(attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=cfg.gates,
                                        sink=cfg.sinks))
                 if cfg.cross_swa_window:
-                    w.update(_attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
-                w.update(_mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
+                    w.update(attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
+                w.update(mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
         return w
 
     def _w(self, name):
@@ -530,7 +531,7 @@ class HySparse2:
         Returns the cache with ``pos`` advanced by T and ``boundary`` = the boundary state at the last position.
         """
         self.trace = {}
-        tokens = _check_tokens(tokens, self.cfg.vocab)
+        tokens = checks.tokens("tokens", tokens, self.cfg.vocab)
         cache = self.new_cache() if cache is None else cache.copy()
         self._run_self(tokens, cache)
         return cache
@@ -552,11 +553,11 @@ class HySparse2:
         ``details`` (a dict) collects per cross group the FA scores ``scores`` (R, Hkv, S) and selections ``idx``.
         """
         cfg = self.cfg
-        tokens = _check_tokens(tokens, cfg.vocab)
+        tokens = checks.tokens("tokens", tokens, cfg.vocab)
         T = len(tokens)
         if cross_tail is None:
             cross_tail = 1 if early_exit else T
-        _check_pos_int("cross_tail", cross_tail)
+        checks.pos_int("cross_tail", cross_tail)
         if cross_tail > T:
             raise ValueError(f"cross_tail must be <= the number of new tokens {T}, got {cross_tail}")
         if cfg.cross_swa_window and cache is not None:
@@ -578,12 +579,12 @@ class HySparse2:
             raise ValueError(f"token must be an integer, got {token!r}")
         self.trace = {}
         cache = cache.copy()
-        h = self._run_self(_check_tokens(np.array([token]), self.cfg.vocab), cache)
+        h = self._run_self(checks.tokens("tokens", np.array([token]), self.cfg.vocab), cache)
         return self._run_cross(h, np.array([cache.pos - 1]), cache)[0], cache
 
     def generate(self, prompt, n_new: int, early_exit: bool = True):
         """Greedy generation: prefill then ``n_new - 1`` decode steps. Returns (tokens (n_new,), cache)."""
-        _check_pos_int("n_new", n_new)
+        checks.pos_int("n_new", n_new)
         logits, cache = self.prefill(prompt, early_exit=early_exit)
         out = [int(np.argmax(logits[-1]))]
         for _ in range(n_new - 1):
@@ -600,7 +601,7 @@ def replay_errors(model: HySparse2, tokens, tails=None) -> dict:
     <= 1e-10 (None if none)}. With the paper model (no cross SWA) R = 1 is already exact; with a v1-style cross
     SWA branch (``cross_swa_window = c``) exactness needs R >= replay_tail(#cross SA layers, c).
     """
-    tokens = _check_tokens(tokens, model.cfg.vocab)
+    tokens = checks.tokens("tokens", tokens, model.cfg.vocab)
     full, _ = model.prefill(tokens, early_exit=False)
     tails = np.arange(1, len(tokens) + 1) if tails is None else np.asarray(tails)
     errs = np.array([np.abs(model.prefill(tokens, cross_tail=int(r))[0][-1] - full[-1]).max() for r in tails])

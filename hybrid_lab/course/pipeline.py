@@ -35,7 +35,7 @@ HEADER = re.compile(r"^#\s*Exercise\s+(?P<id>[0-9A-Za-z._-]+)\s*\((?P<points>\d+
 
 def repo_root() -> Path:
     """The checkout that holds ``solutions/`` and ``labs/`` (the package is installed editable from it)."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     if (here / "solutions").is_dir():
         return here
     cwd = Path.cwd()

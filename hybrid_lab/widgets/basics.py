@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab import ledger
-from hybrid_lab.hybrid import chunk_boundary, reusable_prefix
-from hybrid_lab.ssm import survival
+from hybrid_lab.costs import ledger
+from hybrid_lab.models.hybrid import chunk_boundary, reusable_prefix
+from hybrid_lab.ops.ssm import survival
 
 
 def _plt():

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from hybrid_lab import course
+from hybrid_lab.course import pipeline as course
 
 
 def _open(args) -> int:

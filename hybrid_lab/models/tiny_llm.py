@@ -8,7 +8,7 @@ Top-k sparse attention is only as good as the attention is concentrated (集中)
   low-rank bilinear form (a stand-in for what training produces). A single ``concentration`` knob sets the spread (standard deviation) of the attention logits, so a few
   tokens hold most of the mass when it is large. The same hidden states feed the lightning indexer of notebook 04.
 
-Shapes follow :mod:`hybrid_lab.sparse_attention`: q (B, T, Hq, d), k (B, S, Hkv, d), v (B, S, Hkv, dv).
+Shapes follow :mod:`hybrid_lab.ops.sparse_attention`: q (B, T, Hq, d), k (B, S, Hkv, d), v (B, S, Hkv, dv).
 """
 from __future__ import annotations
 
@@ -16,11 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def _layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
-    mu = x.mean(axis=-1, keepdims=True)
-    var = x.var(axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps)
+from hybrid_lab.core.blocks import layer_norm
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,7 @@ class TinyLLM:
         mask = np.triu(np.ones((L, L), dtype=bool), 1)                 # True above the diagonal: the future
         attn = []
         for lyr in self.layers:
-            qkv = _layer_norm(x) @ lyr["Wqkv"]
+            qkv = layer_norm(x) @ lyr["Wqkv"]
             q, k, v = (a.reshape(L, H, dh) for a in np.split(qkv, 3, axis=-1))
             attn.append((q[None], k[None], v[None]))
             logits = np.einsum("thd,shd->hts", q, k) / np.sqrt(dh)
@@ -91,8 +87,8 @@ class TinyLLM:
             p /= p.sum(axis=-1, keepdims=True)
             o = np.einsum("hts,shd->thd", p, v).reshape(L, cfg.d_model)
             x = x + o @ lyr["Wo"]
-            x = x + np.maximum(_layer_norm(x) @ lyr["W1"], 0.0) @ lyr["W2"]
-        return _layer_norm(x) @ self.W_out, attn
+            x = x + np.maximum(layer_norm(x) @ lyr["W1"], 0.0) @ lyr["W2"]
+        return layer_norm(x) @ self.W_out, attn
 
 
 @dataclass

@@ -12,7 +12,7 @@ Seed 000 §5, §7.4, §15, §18 and SYLLABUS §05. A group is ``FA, SA, SA, ...`
 - MLP in place of the paper's MoE (the routing does not change any dependency this lab studies).
 
 The small helpers at the top (RMSNorm, partial RoPE, masked dense attention, weight init) are shared with
-``hybrid_lab.hysparse2``.
+``hybrid_lab.models.hysparse2``.
 """
 from __future__ import annotations
 
@@ -20,117 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid_lab.sparse_attention import softmax_with_sink, sparse_attention, topk_indices
+from hybrid_lab.core import checks
+from hybrid_lab.core.blocks import (attn_weights, init_weight, masked_attention, masked_attention_probs, mlp_weights,
+                                    rms_norm, sigmoid, silu)
+from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 __all__ = [
-    "HySparseConfig", "HySparse", "rms_norm", "apply_rope", "masked_attention", "attention_probs",
+    "HySparseConfig", "HySparse",
     "block_scores", "select_blocks", "blocks_to_tokens", "gated_fusion",
     "drifting_attention_stack", "topk_overlap_by_distance",
 ]
-
-
-# ----------------------------------------------------------------------------------------------- shared helpers
-def rms_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """Weightless RMSNorm over the last axis. x: (..., D)."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def apply_rope(x: np.ndarray, pos: np.ndarray, rot_dims: int, base: float = 10000.0) -> np.ndarray:
-    """Partial rotary embedding on the first ``rot_dims`` channels (rotate-half form); the rest pass through.
-
-    x: (T, H, d); pos: (T,) absolute positions. ``rot_dims`` must be even and <= d (0 = NoPE).
-    """
-    d = x.shape[-1]
-    if rot_dims < 0 or rot_dims % 2 or rot_dims > d:
-        raise ValueError(f"rot_dims must be an even integer in [0, d={d}], got {rot_dims}")
-    if rot_dims == 0:
-        return x
-    half = rot_dims // 2
-    inv = base ** (-np.arange(half) / half)                         # (half,)
-    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # (T, half)
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-    x1, x2 = x[..., :half], x[..., half:rot_dims]
-    out = x.copy()
-    out[..., :half] = x1 * cos - x2 * sin
-    out[..., half:rot_dims] = x1 * sin + x2 * cos
-    return out
-
-
-def attention_probs(q, k, mask, scale, sink=None):
-    """Softmax probabilities of grouped-query attention.
-
-    q: (T, Hq, d); k: (S, Hkv, d); mask: (T, S) bool (True = visible); sink: (Hq,) or None.
-    Returns p: (T, Hq, S), rows with no visible key are 0. With a sink the row sums to < 1 (mass absorbed by it).
-    """
-    T, Hq, d = q.shape
-    Hkv = k.shape[1]
-    G = Hq // Hkv
-    qg = q.reshape(T, Hkv, G, d)
-    logits = np.einsum("tgjd,sgd->tgjs", qg, k) * scale              # (T, Hkv, G, S)
-    logits = np.where(mask[:, None, None, :], logits, -np.inf)
-    s = None if sink is None else np.asarray(sink, dtype=logits.dtype).reshape(1, Hkv, G, 1)
-    return softmax_with_sink(logits, s).reshape(T, Hq, -1)
-
-
-def masked_attention(q, k, v, mask, scale, sink=None):
-    """Dense attention with an explicit visibility mask (GQA: Hq // Hkv query heads share a KV head).
-
-    q: (T, Hq, d); k: (S, Hkv, d); v: (S, Hkv, dv); mask: (T, S) bool. Returns (o: (T, Hq, dv), p: (T, Hq, S)).
-    """
-    p = attention_probs(q, k, mask, scale, sink)
-    T, Hq, S = p.shape
-    Hkv = k.shape[1]
-    o = np.einsum("tgjs,sgd->tgjd", p.reshape(T, Hkv, Hq // Hkv, S), v).reshape(T, Hq, v.shape[-1])
-    return o, p
-
-
-def _init(rng, shape, fan_in, dtype):
-    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(dtype)
-
-
-def _attn_weights(rng, prefix, D, Hq, Hkv, dk, dv, dtype, kv=True, gate=False, sink=False):
-    w = {prefix + "wq": _init(rng, (D, Hq * dk), D, dtype), prefix + "wo": _init(rng, (Hq * dv, D), Hq * dv, dtype)}
-    if kv:
-        w[prefix + "wk"] = _init(rng, (D, Hkv * dk), D, dtype)
-        w[prefix + "wv"] = _init(rng, (D, Hkv * dv), D, dtype)
-    if gate:
-        w[prefix + "wg"] = _init(rng, (D, Hq * dv), D, dtype)
-    if sink:
-        w[prefix + "sink"] = rng.standard_normal(Hq).astype(dtype)
-    return w
-
-
-def _mlp_weights(rng, prefix, D, F, dtype):
-    return {prefix + "w1": _init(rng, (D, F), D, dtype), prefix + "w2": _init(rng, (F, D), F, dtype)}
-
-
-def _check_pos_int(name, value, minimum=1):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_heads(Hq, Hkv):
-    _check_pos_int("n_heads_q", Hq)
-    _check_pos_int("n_heads_kv", Hkv)
-    if Hq % Hkv:
-        raise ValueError(f"n_heads_q={Hq} must be a multiple of n_heads_kv={Hkv} (query heads share KV heads)")
-
-
-def _check_tokens(tokens, vocab):
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
-        raise ValueError(f"tokens must be a non-empty 1-D integer array, got shape {tokens.shape} dtype {tokens.dtype}")
-    if tokens.min() < 0 or tokens.max() >= vocab:
-        raise ValueError(f"tokens must lie in [0, vocab={vocab}), got range [{tokens.min()}, {tokens.max()}]")
-    return tokens
 
 
 # ---------------------------------------------------------------------------------------- v1 block selection
@@ -139,7 +38,7 @@ def block_scores(probs: np.ndarray, block_size: int, n_kv_heads: int = 1) -> np.
 
     probs: (T, Hq, S) FA probabilities. Returns (T, Hkv, ceil(S / block_size)).
     """
-    _check_pos_int("block_size", block_size)
+    checks.pos_int("block_size", block_size)
     probs = np.asarray(probs)
     if probs.ndim != 3:
         raise ValueError(f"probs must be (T, Hq, S), got shape {probs.shape}")
@@ -157,7 +56,7 @@ def select_blocks(scores: np.ndarray, q_pos: np.ndarray, block_size: int, n_bloc
 
     scores: (T, Hkv, nb); q_pos: (T,). Returns block ids (T, Hkv, n_blocks), -1 padded (deterministic ties).
     """
-    _check_pos_int("n_blocks", n_blocks)
+    checks.pos_int("n_blocks", n_blocks)
     scores = np.asarray(scores, dtype=np.float64)
     nb = scores.shape[-1]
     visible = (np.arange(nb)[None, :] * block_size) <= np.asarray(q_pos)[:, None]   # (T, nb)
@@ -205,8 +104,8 @@ class HySparseConfig:
     def __post_init__(self):
         for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "n_layers", "group_size", "block_size",
                      "n_blocks", "window"):
-            _check_pos_int(name, getattr(self, name))
-        _check_heads(self.n_heads_q, self.n_heads_kv)
+            checks.pos_int(name, getattr(self, name))
+        checks.heads(self.n_heads_q, self.n_heads_kv)
         if self.n_layers % self.group_size:
             raise ValueError(f"group_size={self.group_size} must divide n_layers={self.n_layers} "
                              f"(each group is 1 FA + {self.group_size - 1} SA)")
@@ -233,15 +132,15 @@ class HySparse:
     def init_weights(cfg: HySparseConfig) -> dict:
         rng = np.random.default_rng(cfg.seed)
         D, Hq, Hkv, dk, dv, dt = cfg.d_model, cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v, cfg.dtype
-        w = {"embed": rng.standard_normal((cfg.vocab, D)).astype(dt), "lm_head": _init(rng, (D, cfg.vocab), D, dt)}
+        w = {"embed": rng.standard_normal((cfg.vocab, D)).astype(dt), "lm_head": init_weight(rng, (D, cfg.vocab), D, dt)}
         for i, kind in enumerate(cfg.layers):
             p = f"layer.{i}."
             if kind == "fa":
-                w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt))
+                w.update(attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt))
             else:  # sparse branch (queries only: K/V come from the FA) + local branch with its own KV
-                w.update(_attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=True))
-                w.update(_attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
-            w.update(_mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
+                w.update(attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=True))
+                w.update(attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
+            w.update(mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
         return w
 
     def forward(self, tokens, return_details: bool = False):
@@ -253,7 +152,7 @@ class HySparse:
                   queries over the group FA's KV puts on the selected tokens; FA rows = the FA's own]}.
         """
         cfg, w = self.cfg, self.weights
-        tokens = _check_tokens(tokens, cfg.vocab)
+        tokens = checks.tokens("tokens", tokens, cfg.vocab)
         L = len(tokens)
         pos = np.arange(L)
         Hq, Hkv, dk, dv = cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
@@ -282,7 +181,7 @@ class HySparse:
                 details["kept_mass"].append(np.where(member, probs, 0.0).sum(-1))
             else:
                 o_sa = sparse_attention(q[None], K[None], V[None], tok_idx[None], scale=scale)[0]
-                p_full = attention_probs(q, K, causal, scale)        # what this layer WOULD attend to
+                p_full = masked_attention_probs(q, K, causal, scale)        # what this layer WOULD attend to
                 details["kept_mass"].append(np.where(member, p_full, 0.0).sum(-1))
                 kl = (x @ w[p + "swa.wk"]).reshape(L, Hkv, dk)        # the local branch's OWN KV, from this layer
                 vl = (x @ w[p + "swa.wv"]).reshape(L, Hkv, dv)
@@ -307,8 +206,8 @@ def drifting_attention_stack(L: int, n_layers: int, d: int = 16, drift: float = 
     projections are ``cos(drift) * W_l + sin(drift) * noise``, so nearby layers look at similar tokens and far
     layers decorrelate. Returns (probs: (n_layers, L), values: (L, d)).
     """
-    _check_pos_int("L", L)
-    _check_pos_int("n_layers", n_layers)
+    checks.pos_int("L", L)
+    checks.pos_int("n_layers", n_layers)
     if not 0.0 <= drift <= np.pi / 2:
         raise ValueError(f"drift must be an angle in [0, pi/2], got {drift}")
     rng = np.random.default_rng(seed)
@@ -332,7 +231,7 @@ def topk_overlap_by_distance(probs: np.ndarray, k: int) -> np.ndarray:
     """
     probs = np.asarray(probs)
     n, L = probs.shape
-    _check_pos_int("k", k)
+    checks.pos_int("k", k)
     if k > L:
         raise ValueError(f"k must be <= L={L}, got {k}")
     sets = topk_indices(probs, k)                               # (n, k)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.backend import swappable
-from hybrid_lab.sparse_attention import topk_indices
+from hybrid_lab.ops.registry import swappable
+from hybrid_lab.ops.sparse_attention import topk_indices
 
 __all__ = [
     "compress_keys", "compressed_spans", "compressed_visible", "group_scores", "block_overlap",

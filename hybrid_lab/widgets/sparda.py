@@ -8,7 +8,7 @@ matplotlib.use(matplotlib.get_backend())   # keep the notebook's inline backend;
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hybrid_lab.offload_sim import (H100, A100, MINICPM_8B, METHODS, layer_timeline,  # noqa: E402
+from hybrid_lab.serving.offload_sim import (H100, A100, MINICPM_8B, METHODS, layer_timeline,  # noqa: E402
                                     throughput, max_batch, with_)
 
 __all__ = ["plot_selection", "plot_teachers", "plot_training", "plot_recall", "plot_timeline", "plot_batch_sweep",

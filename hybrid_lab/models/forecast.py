@@ -17,7 +17,7 @@ teacher uses (32, 16) compressed keys; a fine teacher uses (2, 1) keys and max-p
 (32, 16) grid, which keeps sharp local peaks that a 32-token mean dilutes.
 
 Everything lives on the compressed grid here; blocks only appear when the trained head is used to select
-(``hybrid_lab.infllm.blocks_from_compressed``).
+(``hybrid_lab.models.infllm.blocks_from_compressed``).
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.infllm import (block_sparse_attention, blocks_from_compressed, compress_keys, compressed_spans,
+from hybrid_lab.models.infllm import (block_sparse_attention, blocks_from_compressed, compress_keys, compressed_spans,
                                compressed_visible, group_scores, infllm_v2_select, n_blocks, select_blocks)
-from hybrid_lab.optim import Adam, clip_grad_norm
-from hybrid_lab.progress import progress
-from hybrid_lab.sparse_attention import topk_indices
+from hybrid_lab.core.optim import Adam, clip_grad_norm
+from hybrid_lab.core.progress import progress
+from hybrid_lab.ops.sparse_attention import topk_indices
 
 __all__ = [
     "rest_bucket_partition", "rest_bucket_kl", "teacher_topk", "candidate_mask", "pool_fine_to_coarse", "teacher_scores",

@@ -106,7 +106,7 @@ def paper_bytes(design=None, d_model_bytes: int = 2) -> dict:
     per_token: every global KV that grows with L = the self FA + the n_bridge cross KVs, (d_qk + d_v) x Hkv bytes
     each; fixed: the SWA windows (n_swa x window entries) + the boundary state (d_model x ``d_model_bytes``).
     """
-    from hybrid_lab.hysparse_ledger import HYSPARSE2
+    from hybrid_lab.costs.hysparse_ledger import HYSPARSE2
     d = HYSPARSE2 if design is None else design
     return {"per_token": (1 + d.n_bridge) * d.bytes_per_token,
             "fixed": d.n_swa * d.window * d.bytes_per_token + d.d_model * d_model_bytes,
@@ -269,7 +269,7 @@ def timeline_widget(**base):
 
 
 def plot_events(reports: dict):
-    """Measured timeline of a live :func:`~hybrid_lab.pd_workers.run_pd`: P's and D's logged events (seconds from
+    """Measured timeline of a live :func:`~hybrid_lab.serving.pd_workers.run_pd`: P's and D's logged events (seconds from
     the first event), one colour per request. Returns a Figure."""
     import matplotlib.pyplot as plt
 
@@ -298,7 +298,7 @@ def plot_events(reports: dict):
 
 def pd_overlap(reports: dict) -> dict:
     """Requests in flight at once in a live run: {r: seconds during which P worked on a later request while D was
-    installing/decoding request r}, from the logged events of :func:`~hybrid_lab.pd_workers.run_pd`."""
+    installing/decoding request r}, from the logged events of :func:`~hybrid_lab.serving.pd_workers.run_pd`."""
     p_ev = reports.get("P", {}).get("events", [])
     d_ev = [e for e in reports.get("D", {}).get("events", []) if e[1] != "receive"]
     out = {}

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.backend import swappable
-from hybrid_lab.optim import Adam, clip_grad_norm
-from hybrid_lab.progress import progress
-from hybrid_lab.sparse_attention import query_positions, topk_indices
+from hybrid_lab.ops.registry import swappable
+from hybrid_lab.core.optim import Adam, clip_grad_norm
+from hybrid_lab.core.progress import progress
+from hybrid_lab.ops.sparse_attention import query_positions, topk_indices
 
 
 @swappable("lightning_indexer")
@@ -263,7 +263,7 @@ def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 
                   q_pos=None, show_progress: bool = True, desc: str = "training indexer") -> dict:
     """Train ``indexer`` in place on one batch of queries (full-batch steps).
 
-    optimizer: "adam" (hybrid_lab.optim.Adam) or "sgd" (plain gradient descent); clip: global-norm clipping threshold
+    optimizer: "adam" (hybrid_lab.core.optim.Adam) or "sgd" (plain gradient descent); clip: global-norm clipping threshold
     or None. Stops early when the loss or a parameter stops being finite (divergence).
     Returns {"loss": list of per-step losses (mean over queries), "diverged": bool, "steps": steps run}.
     """
@@ -306,7 +306,7 @@ def attention_target(q, k, scale=1.0, q_pos=None):
 
     q: (1, T, H, d), k: (1, S, Hkv, d) -> p: (T, S), rows sum to 1.
     """
-    from hybrid_lab.attention_stats import attention_probs
+    from hybrid_lab.models.attention_stats import attention_probs
 
     pr = attention_probs(q, k, scale=scale, q_pos=q_pos)[0]            # (T, H, S)
     s = pr.sum(axis=1)

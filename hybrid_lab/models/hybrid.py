@@ -4,7 +4,7 @@ It is small enough to print (d_model = 32, N = 16) and real enough to show the s
 attention KV can be cut at any prefix, an SSM state only exists where it was saved (all-or-nothing reuse).
 
 Each layer is pre-norm residual: ``x += mixer(norm(x))`` then ``x += mlp(norm(x))``; the mixer is causal multi-head
-attention (no positional encoding: the SSM layers carry order) or a Mamba-1 selective SSM (``hybrid_lab.ssm``).
+attention (no positional encoding: the SSM layers carry order) or a Mamba-1 selective SSM (``hybrid_lab.ops.ssm``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.ssm import init_ssm, selective_scan_step, ssm_chunked, ssm_inputs
+from hybrid_lab.core.blocks import rms_norm, silu
+from hybrid_lab.ops.ssm import init_ssm, selective_scan_step, ssm_chunked, ssm_inputs
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,6 @@ class HybridCache:
             if k.shape[0] < pos or v.shape[0] < pos:
                 raise ValueError(f"kv[{i}] holds {k.shape[0]} positions, fewer than pos={pos}")
         return cls(pos, [(k[:pos].copy(), v[:pos].copy()) for k, v in kv], [np.array(h, copy=True) for h in ssm])
-
-
-def _rmsnorm(x, g):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * g
-
-
-def _silu(z):
-    return z / (1.0 + np.exp(-z))
 
 
 class MiniHybrid:
@@ -209,7 +202,7 @@ class MiniHybrid:
         new, saved = HybridCache(cache.pos + t.size), []
         ia = is_ = 0
         for p in self.layers:
-            xn = _rmsnorm(x, p["g1"])
+            xn = rms_norm(x) * p["g1"]
             if p["kind"] == "attn":
                 out, K, V = self._attn(p, xn, *cache.kv[ia])
                 new.kv.append((K, V))
@@ -221,8 +214,8 @@ class MiniHybrid:
                 is_ += 1
             x = x + out
             if self.cfg.mlp:
-                x = x + _silu(_rmsnorm(x, p["g2"]) @ p["W1"]) @ p["W2"]
-        return _rmsnorm(x, self.g_out) @ self.emb.T, new, saved
+                x = x + silu(rms_norm(x) * p["g2"] @ p["W1"]) @ p["W2"]
+        return rms_norm(x) * self.g_out @ self.emb.T, new, saved
 
     def generate(self, tokens, n_new: int):
         """Greedy generation: prefill then ``n_new`` decode steps. Returns the new token ids."""

@@ -96,8 +96,8 @@ def run_marconi_auto(trace, capacity, model=None, bootstrap: float = 5.0, alphas
                      score_fn=None, progress_desc=None):
     """Serve a trace with Marconi, tuning α online by bootstrap replay. Returns a SimResult whose ``alpha`` is the
     chosen α and ``alpha_scores`` the replay hit rate per α (empty if the trace ended before tuning)."""
-    from hybrid_lab.radix_cache import RadixCache, SimResult
-    from hybrid_lab.workloads import validate_trace
+    from hybrid_lab.serving.radix_cache import RadixCache, SimResult
+    from hybrid_lab.serving.workloads import validate_trace
 
     if not (np.isscalar(bootstrap) and bootstrap > 0):
         raise ValueError(f"bootstrap must be > 0 (Marconi uses 5-15), got {bootstrap!r}")
@@ -108,7 +108,7 @@ def run_marconi_auto(trace, capacity, model=None, bootstrap: float = 5.0, alphas
     phase, start, stop, snap, scores = "warmup", 0, 0, None, {}
     it = trace
     if progress_desc:
-        from hybrid_lab.progress import progress
+        from hybrid_lab.core.progress import progress
         it = progress(trace, desc=progress_desc)
     for i, r in enumerate(it):
         ev = cache.stats["evictions"]

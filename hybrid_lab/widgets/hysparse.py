@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.hysparse2 import HySparse2Config
-from hybrid_lab import hysparse_ledger as hl
+from hybrid_lab.models.hysparse2 import HySparse2Config
+from hybrid_lab.costs import hysparse_ledger as hl
 
 __all__ = ["compute_map", "plot_compute_map", "architecture_explorer", "plot_architecture", "ledger_rows",
            "plot_ledger", "ledger_slider", "plot_bounds", "plot_overlap", "plot_replay", "plot_selection", "overlap_curves", "overlap_explorer",
@@ -231,7 +231,7 @@ def plot_selection(idx_sets: dict, L: int):
 
 def overlap_curves(drifts=(0.1, 0.3, 0.6), L: int = 512, n_layers: int = 10, k: int = 32, seed: int = 0) -> dict:
     """{drift: top-k overlap vs layer distance} for the drifting-weights stack of ``hysparse``."""
-    from hybrid_lab.hysparse import drifting_attention_stack, topk_overlap_by_distance
+    from hybrid_lab.models.hysparse import drifting_attention_stack, topk_overlap_by_distance
 
     return {d: topk_overlap_by_distance(drifting_attention_stack(L, n_layers, drift=d, seed=seed)[0], k)
             for d in drifts}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.attention_stats import attention_probs, oracle_topk, topk_mass, topk_output_error
-from hybrid_lab.dsa_cost import DEEPSEEK_V32, DSAConfig, decode_bytes, decode_crossover, prefill_flops
-from hybrid_lab.lightning_indexer import topk_recall
-from hybrid_lab.tiny_llm import concentrated_attention
+from hybrid_lab.models.attention_stats import attention_probs, oracle_topk, topk_mass, topk_output_error
+from hybrid_lab.costs.dsa_cost import DEEPSEEK_V32, DSAConfig, decode_bytes, decode_crossover, prefill_flops
+from hybrid_lab.models.lightning_indexer import topk_recall
+from hybrid_lab.models.tiny_llm import concentrated_attention
 
 
 def _plt():

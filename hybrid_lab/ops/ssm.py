@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.backend import swappable
+from hybrid_lab.core.blocks import softplus
+from hybrid_lab.ops.registry import swappable
 
 
 # ----------------------------------------------------------------------------------------------- validation helpers
@@ -73,12 +74,6 @@ def _check_mamba1(x, dt, A, B, C, D, h0):
 
 
 # ----------------------------------------------------------------------------------------------- Mamba-1
-def softplus(z):
-    """log(1 + e^z), computed without overflow."""
-    z = np.asarray(z)
-    return np.logaddexp(0.0, z)
-
-
 def init_ssm(d_model: int, d_state: int, seed: int = 0, dtype="float64") -> dict:
     """Parameters of one selective SSM mixer acting on ``d_model`` channels with an ``N = d_state`` state per channel.
 

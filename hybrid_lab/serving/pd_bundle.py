@@ -47,7 +47,7 @@ def config_hash(cfg) -> str:
 
 def p_weight_names(cfg) -> list:
     """The weights that shape the bundle: embedding, Self-decoder, bridging projections (what a P worker holds)."""
-    from hybrid_lab.hysparse2 import self_decoder_weight_names
+    from hybrid_lab.models.hysparse2 import self_decoder_weight_names
     return self_decoder_weight_names(cfg)
 
 
@@ -178,7 +178,7 @@ class PDBundle:
     # -------------------------------------------------------------------------- P side
     @classmethod
     def from_cache(cls, cache, cfg, weights_digest: str, chunk_size: int = 16, request: int = 0) -> "PDBundle":
-        """Pack a P worker's :class:`~hybrid_lab.hysparse2.HySparse2Cache` (after ``prefill_self``)."""
+        """Pack a P worker's :class:`~hybrid_lab.models.hysparse2.HySparse2Cache` (after ``prefill_self``)."""
         if cache.boundary is None or cache.pos < 1:
             raise ValueError("cache has no boundary state: run prefill_self on a non-empty prompt first")
         return cls(header=make_header(cfg, weights_digest, cache.pos, chunk_size, request),
@@ -236,8 +236,8 @@ class PDBundle:
                    swa_pos=swa_pos, cross_k=cat[2::2], cross_v=cat[3::2], boundary=np.asarray(tail[-1]))
 
     def to_cache(self, cfg):
-        """Install: a :class:`~hybrid_lab.hysparse2.HySparse2Cache` D continues from (arrays copied)."""
-        from hybrid_lab.hysparse2 import HySparse2Cache, KVCache, WindowKVCache
+        """Install: a :class:`~hybrid_lab.models.hysparse2.HySparse2Cache` D continues from (arrays copied)."""
+        from hybrid_lab.models.hysparse2 import HySparse2Cache, KVCache, WindowKVCache
         return HySparse2Cache(
             pos=self.header["prompt_len"], self_fa=KVCache(self.self_fa_k.copy(), self.self_fa_v.copy()),
             self_swa=[WindowKVCache(k.copy(), v.copy(), np.asarray(p, np.int64).copy(), cfg.swa_window)

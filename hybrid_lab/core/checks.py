@@ -1,0 +1,139 @@
+"""Argument checks shared by every layer: one copy of each rule, one wording of each message.
+
+Every check raises ``ValueError`` naming the argument, what was expected and what was given, so a bad input never
+becomes a silent number. Checks return the value converted (``int``, ``np.ndarray``) so callers use what was checked.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "pos_int", "nonneg_int", "int_in", "finite_number", "positive_number", "nonneg_number", "array", "finite_array",
+    "int_array", "prob_rows", "heads", "tokens", "query_positions",
+]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def pos_int(name: str, value, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` (bools and floats are refused: ``2.0`` is not a count)."""
+    if not _is_int(value) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def nonneg_int(name: str, value) -> int:
+    return pos_int(name, value, 0)
+
+
+def int_in(name: str, value, lo: int, hi: int) -> int:
+    """An integer in [lo, hi)."""
+    if not _is_int(value) or not lo <= value < hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}), got {value!r}")
+    return int(value)
+
+
+def finite_number(name: str, value) -> float:
+    """A finite real number (NaN, inf, strings and arrays are refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)) \
+            or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def positive_number(name: str, value) -> float:
+    v = finite_number(name, value)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def nonneg_number(name: str, value) -> float:
+    v = finite_number(name, value)
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return v
+
+
+def array(name: str, a, ndim: int | None = None, shape_doc: str = "", kinds: str = "fiu") -> np.ndarray:
+    """A numpy array of the given rank whose dtype kind is in ``kinds`` (f float, i/u integer, b bool)."""
+    a = np.asarray(a)
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {shape_doc}".rstrip() + f", got shape {a.shape}")
+    if a.dtype.kind not in kinds:
+        want = {"f": "float", "i": "integer", "u": "integer", "b": "bool"}
+        names = "/".join(dict.fromkeys(want[k] for k in kinds if k in want))
+        raise ValueError(f"{name} must be a {names} array, got dtype {a.dtype}")
+    return a
+
+
+def finite_array(name: str, a, ndim: int | None = None, shape_doc: str = "", allow_neginf: bool = False) -> np.ndarray:
+    """A real array with no NaN and no inf (``allow_neginf``: -inf allowed, it marks a masked position)."""
+    a = array(name, a, ndim, shape_doc)
+    if a.dtype.kind == "f":
+        bad = np.isnan(a) | (np.isposinf(a) if allow_neginf else np.isinf(a))
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            what = "NaN or +inf" if allow_neginf else "NaN or inf"
+            raise ValueError(f"{name} must be finite, got {what} at index {first} ({a[first]})")
+    return a
+
+
+def int_array(name: str, a, ndim: int | None = None, shape_doc: str = "", lo: int | None = None,
+              hi: int | None = None) -> np.ndarray:
+    """An integer array (returned as int64) whose entries lie in [lo, hi) where given."""
+    a = np.asarray(a)
+    if a.size == 0 and a.dtype.kind == "f":      # np.asarray([]) is float64: an empty list of indices is fine
+        a = a.astype(np.int64)
+    a = array(name, a, ndim, shape_doc, kinds="iu").astype(np.int64)
+    if a.size and ((lo is not None and a.min() < lo) or (hi is not None and a.max() >= hi)):
+        raise ValueError(f"{name} entries must lie in [{lo if lo is not None else '-inf'}, "
+                         f"{hi if hi is not None else 'inf'}), got range [{a.min()}, {a.max()}]")
+    return a
+
+
+def prob_rows(name: str, p, atol: float = 1e-6) -> np.ndarray:
+    """Probabilities over the last axis: finite, >= 0, each row summing to 1."""
+    p = finite_array(name, p).astype(np.float64)
+    if p.ndim < 1:
+        raise ValueError(f"{name} must be an array (..., S) of probabilities, got a scalar")
+    if (p < 0).any():
+        raise ValueError(f"{name} must be >= 0, got min {p.min():.6g}")
+    sums = p.sum(-1)
+    if not np.allclose(sums, 1.0, atol=atol):
+        raise ValueError(f"{name} rows must sum to 1, got sums in [{sums.min():.6g}, {sums.max():.6g}]")
+    return p
+
+
+def heads(Hq, Hkv, q_name: str = "n_heads_q", kv_name: str = "n_heads_kv") -> int:
+    """Grouped-query heads: Hq query heads share Hkv KV heads; returns the group size G = Hq // Hkv."""
+    Hq, Hkv = pos_int(q_name, Hq), pos_int(kv_name, Hkv)
+    if Hq % Hkv:
+        raise ValueError(f"{q_name}={Hq} must be a multiple of {kv_name}={Hkv} (query heads share KV heads)")
+    return Hq // Hkv
+
+
+def tokens(name: str, toks, vocab: int) -> np.ndarray:
+    """A non-empty 1-D array of token ids in [0, vocab)."""
+    toks = np.asarray(toks)
+    if toks.ndim != 1 or toks.size == 0 or toks.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be a non-empty 1-D integer array, got shape {toks.shape} dtype {toks.dtype}")
+    return int_array(name, toks, lo=0, hi=vocab)
+
+
+def query_positions(q_pos, T: int, S: int) -> np.ndarray:
+    """Absolute positions of T queries over S keys: the given (T,) integers in [0, S), or by default the last T
+    positions (``S - T + arange(T)``: a prefill chunk or a decode step at the end of the cache). Returns int64."""
+    if q_pos is None:
+        if T > S:
+            raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
+        return S - T + np.arange(T, dtype=np.int64)
+    q_pos = np.asarray(q_pos)
+    if q_pos.shape != (T,) or q_pos.dtype.kind not in "iu":
+        raise ValueError(f"q_pos must be an integer array of shape (T={T},), got shape {q_pos.shape} "
+                         f"dtype {q_pos.dtype}")
+    return int_array("q_pos", q_pos, lo=0, hi=S)

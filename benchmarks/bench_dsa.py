@@ -16,8 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _bench import best_of, write_result  # noqa: E402
 
-from hybrid_lab.models.lightning_indexer import LightningIndexer, attention_target, lightning_indexer  # noqa: E402
+from hybrid_lab.models.lightning_indexer import LightningIndexer, attention_target  # noqa: E402
 from hybrid_lab.models.tiny_llm import concentrated_attention  # noqa: E402
+from hybrid_lab.ops.lightning_indexer import lightning_indexer  # noqa: E402
 
 
 def main():

@@ -8,17 +8,15 @@ Reports requests/s and tokens/s (input tokens replayed per second) at a contende
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hybrid_lab.serving.radix_cache import simulate  # noqa: E402
+from _bench import write_result  # noqa: E402
+
+from hybrid_lab.serving.marconi import simulate  # noqa: E402
 from hybrid_lab.serving.workloads import agent_trace, trace_stats  # noqa: E402
 
 
@@ -36,7 +34,7 @@ def bench(trace, policy, capacity, alpha, repeats=3):
             "token_hit_rate": round(res.token_hit_rate, 4), "evictions": res.stats["evictions"]}
 
 
-def main(out=Path(__file__).resolve().parent / "results" / "marconi.json"):
+def main(name="marconi"):
     t0 = time.perf_counter()
     trace = agent_trace(2000, seed=0)
     gen_s = time.perf_counter() - t0
@@ -47,10 +45,8 @@ def main(out=Path(__file__).resolve().parent / "results" / "marconi.json"):
             print(json.dumps(rows[-1]))
     result = {"benchmark": "prefix-cache simulator replay, byte model (7B hybrid sizes)",
               "trace": {"kind": "agent_trace(2000, seed=0)", **trace_stats(trace), "generate_seconds": round(gen_s, 3)},
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
               "results": rows}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    write_result(name, result)
     return result
 
 

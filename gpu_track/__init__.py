@@ -1,6 +1,8 @@
 """GPU track: Triton kernels that are twins of the numpy core's swappable ops.
 
-Layout (one module per kernel, each with a torch wrapper taking/returning torch tensors):
+Layout: ``common`` (device, accumulator/precision, buffers, argument checks) and ``softmax`` (the online-softmax
+step and split-K combine every attention kernel uses) at the bottom, then one module per kernel, each with a torch
+wrapper taking/returning torch tensors:
 
 - ``sparse_attention``   token-level sparse attention (index set per query and KV group, one softmax)
 - ``lightning_indexer``  DSA indexer scores Σ_j w·ReLU(q·k) + deterministic top-k

@@ -10,11 +10,10 @@ channel block: the kernel is memory-bound, ~ (2 + 1) · Bt · L · Dm · bytes.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from gpu_track._common import alloc, check, pow2
+from gpu_track.common import acc_dtype, acc_torch_dtype, alloc, check, check_tensor, check_tile, pow2
 
 
 @triton.jit
@@ -23,102 +22,122 @@ def _combine(a1, u1, a2, u2):
 
 
 @triton.jit
-def _scan_kernel(X, DT, A, BM, CM, DD, H0, Y, HL, L, DM, N,
+def _scan_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
                  HAS_D: tl.constexpr, HAS_H0: tl.constexpr, CHUNK: tl.constexpr,
-                 BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                 BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
     b = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
-    md, mn = offs_d < DM, offs_n < N
-    mdn = md[:, None] & mn[None, :]
-    a_log = tl.load(A + offs_d[:, None] * N + offs_n[None, :], mask=mdn, other=0.0).to(ACC)     # (BD, BN)
+    mask_d, mask_n = offs_d < DM, offs_n < N
+    mask_dn = mask_d[:, None] & mask_n[None, :]
+    a_log = tl.load(A_ptr + offs_d[:, None] * N + offs_n[None, :], mask=mask_dn, other=0.0).to(ACC_DTYPE)  # (BD, BN)
     hrow = (b * DM + offs_d).to(tl.int64)[:, None] * N + offs_n[None, :]
     if HAS_H0:
-        h = tl.load(H0 + hrow, mask=mdn, other=0.0).to(ACC)
+        h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
     else:
-        h = tl.zeros([BLOCK_D, BLOCK_N], ACC)
+        h = tl.zeros([BLOCK_D, BLOCK_N], ACC_DTYPE)
     if HAS_D:
-        dskip = tl.load(DD + offs_d, mask=md, other=0.0).to(ACC)
+        d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
     last = tl.arange(0, CHUNK) == CHUNK - 1
     for t0 in range(0, L, CHUNK):
         offs_t = t0 + tl.arange(0, CHUNK)
-        mt = offs_t < L
+        mask_t = offs_t < L
         row = (b * L + offs_t).to(tl.int64)
-        mtd = mt[:, None] & md[None, :]
-        x = tl.load(X + row[:, None] * DM + offs_d[None, :], mask=mtd, other=0.0).to(ACC)        # (CH, BD)
-        dt = tl.load(DT + row[:, None] * DM + offs_d[None, :], mask=mtd, other=0.0).to(ACC)      # 0 past L: a=1, u=0
-        bm = tl.load(BM + row[:, None] * N + offs_n[None, :], mask=mt[:, None] & mn[None, :], other=0.0).to(ACC)
-        cm = tl.load(CM + row[:, None] * N + offs_n[None, :], mask=mt[:, None] & mn[None, :], other=0.0).to(ACC)
+        mask_td = mask_t[:, None] & mask_d[None, :]
+        mask_tn = mask_t[:, None] & mask_n[None, :]
+        x = tl.load(x_ptr + row[:, None] * DM + offs_d[None, :], mask=mask_td, other=0.0).to(ACC_DTYPE)   # (CH, BD)
+        # dt = 0 past L: a = 1, u = 0, the state passes through the padded steps unchanged
+        dt = tl.load(dt_ptr + row[:, None] * DM + offs_d[None, :], mask=mask_td, other=0.0).to(ACC_DTYPE)
+        B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0).to(ACC_DTYPE)   # (CH, BN)
+        C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0).to(ACC_DTYPE)
         a = tl.exp(dt[:, :, None] * a_log[None, :, :])                                          # (CH, BD, BN)
-        u = (dt * x)[:, :, None] * bm[:, None, :]
+        u = (dt * x)[:, :, None] * B_tile[:, None, :]
         a_cum, u_cum = tl.associative_scan((a, u), 0, _combine)
         hs = a_cum * h[None, :, :] + u_cum                                                       # every step's state
-        y = tl.sum(hs * cm[:, None, :], 2)                                                       # (CH, BD)
+        y = tl.sum(hs * C_tile[:, None, :], 2)                                                       # (CH, BD)
         if HAS_D:
-            y += dskip[None, :] * x
-        tl.store(Y + row[:, None] * DM + offs_d[None, :], y.to(Y.dtype.element_ty), mask=mtd)
+            y += d_skip[None, :] * x
+        tl.store(y_ptr + row[:, None] * DM + offs_d[None, :], y.to(y_ptr.dtype.element_ty), mask=mask_td)
         h = tl.sum(tl.where(last[:, None, None], hs, 0.0), 0)                                   # state after the chunk
-    tl.store(HL + hrow, h.to(HL.dtype.element_ty), mask=mdn)
+    tl.store(h_last_ptr + hrow, h.to(h_last_ptr.dtype.element_ty), mask=mask_dn)
 
 
 @triton.jit
-def _scan_seq_kernel(X, DT, A, BM, CM, DD, H0, Y, HL, L, DM, N,
+def _scan_seq_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
                      HAS_D: tl.constexpr, HAS_H0: tl.constexpr,
-                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
     """The plain recurrence, one step per iteration: no scan overhead (one exp and two FMAs per state element
     and step); the loads of step t+1 do not depend on h, so they can be issued ahead of the arithmetic."""
     b = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
-    md, mn = offs_d < DM, offs_n < N
-    mdn = md[:, None] & mn[None, :]
-    a_log = tl.load(A + offs_d[:, None] * N + offs_n[None, :], mask=mdn, other=0.0).to(ACC)
+    mask_d, mask_n = offs_d < DM, offs_n < N
+    mask_dn = mask_d[:, None] & mask_n[None, :]
+    a_log = tl.load(A_ptr + offs_d[:, None] * N + offs_n[None, :], mask=mask_dn, other=0.0).to(ACC_DTYPE)
     hrow = (b * DM + offs_d).to(tl.int64)[:, None] * N + offs_n[None, :]
     if HAS_H0:
-        h = tl.load(H0 + hrow, mask=mdn, other=0.0).to(ACC)
+        h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
     else:
-        h = tl.zeros([BLOCK_D, BLOCK_N], ACC)
+        h = tl.zeros([BLOCK_D, BLOCK_N], ACC_DTYPE)
     if HAS_D:
-        dskip = tl.load(DD + offs_d, mask=md, other=0.0).to(ACC)
+        d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
     for t in range(0, L):
         row = (b * L + t).to(tl.int64)
-        x = tl.load(X + row * DM + offs_d, mask=md, other=0.0).to(ACC)
-        dt = tl.load(DT + row * DM + offs_d, mask=md, other=0.0).to(ACC)
-        bm = tl.load(BM + row * N + offs_n, mask=mn, other=0.0).to(ACC)
-        cm = tl.load(CM + row * N + offs_n, mask=mn, other=0.0).to(ACC)
-        h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * bm[None, :]
-        y = tl.sum(h * cm[None, :], 1)
+        x = tl.load(x_ptr + row * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+        dt = tl.load(dt_ptr + row * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+        B_tile = tl.load(B_ptr + row * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
+        C_tile = tl.load(C_ptr + row * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
+        h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * B_tile[None, :]
+        y = tl.sum(h * C_tile[None, :], 1)
         if HAS_D:
-            y += dskip * x
-        tl.store(Y + row * DM + offs_d, y.to(Y.dtype.element_ty), mask=md)
-    tl.store(HL + hrow, h.to(HL.dtype.element_ty), mask=mdn)
+            y += d_skip * x
+        tl.store(y_ptr + row * DM + offs_d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    tl.store(h_last_ptr + hrow, h.to(h_last_ptr.dtype.element_ty), mask=mask_dn)
 
 
 @triton.jit
-def _step_kernel(X, DT, A, BM, CM, DD, H, Y, HN, DM, N, HAS_D: tl.constexpr,
-                 BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+def _step_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_ptr, y_ptr, h_new_ptr, DM, N, HAS_D: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
     b = tl.program_id(0)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
-    md, mn = offs_d < DM, offs_n < N
-    mdn = md[:, None] & mn[None, :]
+    mask_d, mask_n = offs_d < DM, offs_n < N
+    mask_dn = mask_d[:, None] & mask_n[None, :]
     hrow = (b * DM + offs_d).to(tl.int64)[:, None] * N + offs_n[None, :]
-    h = tl.load(H + hrow, mask=mdn, other=0.0).to(ACC)
-    a_log = tl.load(A + offs_d[:, None] * N + offs_n[None, :], mask=mdn, other=0.0).to(ACC)
-    x = tl.load(X + b * DM + offs_d, mask=md, other=0.0).to(ACC)
-    dt = tl.load(DT + b * DM + offs_d, mask=md, other=0.0).to(ACC)
-    bm = tl.load(BM + b * N + offs_n, mask=mn, other=0.0).to(ACC)
-    cm = tl.load(CM + b * N + offs_n, mask=mn, other=0.0).to(ACC)
-    h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * bm[None, :]
-    y = tl.sum(h * cm[None, :], 1)
+    h = tl.load(h_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
+    a_log = tl.load(A_ptr + offs_d[:, None] * N + offs_n[None, :], mask=mask_dn, other=0.0).to(ACC_DTYPE)
+    x = tl.load(x_ptr + b * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    dt = tl.load(dt_ptr + b * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    B_tile = tl.load(B_ptr + b * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
+    C_tile = tl.load(C_ptr + b * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
+    h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * B_tile[None, :]
+    y = tl.sum(h * C_tile[None, :], 1)
     if HAS_D:
-        y += tl.load(DD + offs_d, mask=md, other=0.0).to(ACC) * x
-    tl.store(Y + b * DM + offs_d, y.to(Y.dtype.element_ty), mask=md)
-    tl.store(HN + hrow, h.to(HN.dtype.element_ty), mask=mdn)
+        y += tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE) * x
+    tl.store(y_ptr + b * DM + offs_d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    tl.store(h_new_ptr + hrow, h.to(h_new_ptr.dtype.element_ty), mask=mask_dn)
 
 
-def _acc(*ts):
-    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in ts) else torch.float32
+def _dtypes(*ts):
+    return [t.dtype for t in ts if t is not None]
+
+
+def check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, variant):
+    """The prefill wrapper's contract (shapes, dtypes, devices); ValueError naming the argument."""
+    check(variant in ("chunked", "sequential"), f"variant must be 'chunked' or 'sequential', got {variant!r}")
+    check_tensor("x", x, (None,) * 3, doc="(Bt, L, Dm)")
+    Bt, L, Dm = x.shape
+    check_tensor("dt", dt, (Bt, L, Dm), like=x, doc=f"(Bt={Bt}, L={L}, Dm={Dm})")
+    check_tensor("A", A, (Dm, None), like=x, doc=f"(Dm={Dm}, N)")
+    N = A.shape[1]
+    check_tensor("B", B, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N})")
+    check_tensor("C", C, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N})")
+    if D is not None:
+        check_tensor("D", D, (Dm,), like=x, doc=f"(Dm={Dm},)")
+    if h0 is not None:
+        check_tensor("h0", h0, (Bt, Dm, N), like=x, doc=f"(Bt={Bt}, Dm={Dm}, N={N})")
+    check_tile("chunk", chunk, lo=1)
+    check_tile("block_d", block_d, lo=1)
 
 
 def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: int = 16, num_warps: int = 4,
@@ -126,32 +145,45 @@ def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: in
     """x, dt: (Bt, L, Dm); A: (Dm, N); B, C: (Bt, L, N); D: (Dm,); h0: (Bt, Dm, N).
 
     Returns (y: (Bt, L, Dm), h_last: (Bt, Dm, N)), both float32 (float64 if any input is float64). ``chunk`` is the
-    kernel's time tile; the result does not depend on it (up to rounding). ``out_dtype`` overrides y's dtype
-    (the benchmark writes bf16). ``variant``: "chunked" (prefix scan inside CHUNK-step tiles) or "sequential"
-    (one step per loop iteration).
+    kernel's time tile (a power of two); the result does not depend on it (up to rounding). ``out_dtype``
+    overrides y's dtype (the benchmark writes bf16). ``variant``: "chunked" (prefix scan inside CHUNK-step tiles)
+    or "sequential" (one step per loop iteration).
     """
-    check(variant in ("chunked", "sequential"), f"variant must be 'chunked' or 'sequential', got {variant!r}")
-    check(x.ndim == 3 and dt.shape == x.shape, f"x, dt must be (Bt, L, Dm); got {x.shape} {dt.shape}")
+    check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, variant)
     Bt, L, Dm = x.shape
     N = A.shape[1]
-    check(A.shape == (Dm, N) and B.shape == (Bt, L, N) and C.shape == (Bt, L, N),
-          f"A (Dm={Dm}, N), B, C (Bt, L, N); got {A.shape} {B.shape} {C.shape}")
-    acc = _acc(x, dt, A, B, C)
+    acc = acc_torch_dtype(*_dtypes(x, dt, A, B, C))
     y = alloc((Bt, L, Dm), out_dtype or acc, x.device)
-    hl = alloc((Bt, Dm, N), acc, x.device)
-    dummy = hl
+    h_last = alloc((Bt, Dm, N), acc, x.device)
+    dummy = h_last
     grid = (Bt, triton.cdiv(Dm, block_d))
     if Bt * Dm == 0:
-        return y, hl
+        return y, h_last
     args = (x.contiguous(), dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(),
-            D.contiguous() if D is not None else dummy, h0.contiguous() if h0 is not None else dummy, y, hl, L, Dm, N)
+            D.contiguous() if D is not None else dummy, h0.contiguous() if h0 is not None else dummy, y, h_last,
+            L, Dm, N)
     meta = dict(HAS_D=D is not None, HAS_H0=h0 is not None, BLOCK_D=block_d, BLOCK_N=pow2(N, 1),
-                ACC=tl.float64 if acc == torch.float64 else tl.float32, num_warps=num_warps)
+                ACC_DTYPE=acc_dtype(acc), num_warps=num_warps)
     if variant == "sequential":
         _scan_seq_kernel[grid](*args, **meta)
     else:
         _scan_kernel[grid](*args, CHUNK=chunk, **meta)
-    return y, hl
+    return y, h_last
+
+
+def check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d):
+    """The decode step's contract (shapes, dtypes, devices); ValueError naming the argument."""
+    check_tensor("x", x, (None, None), doc="(Bt, Dm)")
+    Bt, Dm = x.shape
+    check_tensor("dt", dt, (Bt, Dm), like=x, doc=f"(Bt={Bt}, Dm={Dm})")
+    check_tensor("A", A, (Dm, None), like=x, doc=f"(Dm={Dm}, N)")
+    N = A.shape[1]
+    check_tensor("B", B, (Bt, N), like=x, doc=f"(Bt={Bt}, N={N})")
+    check_tensor("C", C, (Bt, N), like=x, doc=f"(Bt={Bt}, N={N})")
+    if D is not None:
+        check_tensor("D", D, (Dm,), like=x, doc=f"(Dm={Dm},)")
+    check_tensor("h", h, (Bt, Dm, N), like=x, doc=f"(Bt={Bt}, Dm={Dm}, N={N})")
+    check_tile("block_d", block_d, lo=1)
 
 
 def selective_scan_step(x, dt, A, B, C, D, h, block_d: int = 32, num_warps: int = 4):
@@ -159,19 +191,16 @@ def selective_scan_step(x, dt, A, B, C, D, h, block_d: int = 32, num_warps: int 
 
     Returns (y: (Bt, Dm), h_new: (Bt, Dm, N)). Memory-bound on the state: it reads and writes Bt · Dm · N floats.
     """
-    check(x.ndim == 2 and dt.shape == x.shape, f"x, dt must be (Bt, Dm); got {x.shape} {dt.shape}")
+    check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d)
     Bt, Dm = x.shape
     N = A.shape[1]
-    check(h.shape == (Bt, Dm, N) and B.shape == (Bt, N) and C.shape == (Bt, N),
-          f"h (Bt, Dm, N), B, C (Bt, N); got {h.shape} {B.shape} {C.shape}")
-    acc = _acc(x, dt, A, B, C, h)
+    acc = acc_torch_dtype(*_dtypes(x, dt, A, B, C, h))
     y = alloc((Bt, Dm), acc, x.device)
-    hn = alloc((Bt, Dm, N), acc, x.device)
+    h_new = alloc((Bt, Dm, N), acc, x.device)
     if Bt * Dm == 0:
-        return y, hn
+        return y, h_new
     _step_kernel[(Bt, triton.cdiv(Dm, block_d))](
         x.contiguous(), dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(),
-        D.contiguous() if D is not None else y, h.contiguous(), y, hn, Dm, N, HAS_D=D is not None,
-        BLOCK_D=block_d, BLOCK_N=pow2(N, 1), ACC=tl.float64 if acc == torch.float64 else tl.float32,
-        num_warps=num_warps)
-    return y, hn
+        D.contiguous() if D is not None else y, h.contiguous(), y, h_new, Dm, N, HAS_D=D is not None,
+        BLOCK_D=block_d, BLOCK_N=pow2(N, 1), ACC_DTYPE=acc_dtype(acc), num_warps=num_warps)
+    return y, h_new

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
+from hybrid_lab.core.blocks import masked_attention, masked_attention_probs
 from hybrid_lab.models.attention_stats import (attention_entropy, attention_probs, dense_attention, entropy_per_head,
-                                        oracle_topk, topk_mass, topk_output_error)
+                                               oracle_topk, topk_mass, topk_output_error)
 from hybrid_lab.ops.sparse_attention import sparse_attention
 
 
@@ -33,8 +34,6 @@ def test_entropy_uniform_and_onehot():
     p[0, 0, 0] = 0.25
     p[0, 0, 1] = [1, 0, 0, 0]
     np.testing.assert_allclose(entropy_per_head(p), [np.log(4), 0.0])
-    with pytest.raises(ValueError):
-        attention_entropy(np.array([0.5, -0.1, 0.6]))
 
 
 def test_topk_mass():
@@ -42,8 +41,6 @@ def test_topk_mass():
     np.testing.assert_allclose(topk_mass(p, 1), [0.5])
     np.testing.assert_allclose(topk_mass(p, 2), [0.8])
     np.testing.assert_allclose(topk_mass(p, 10), [1.0])
-    with pytest.raises(ValueError):
-        topk_mass(p, 0)
 
 
 def test_oracle_topk_mqa_uses_head_sum():
@@ -71,31 +68,57 @@ def test_topk_error_positive_and_decreasing(rng):
     assert errs[0] > errs[1] > errs[2] and errs[0] > 0.05
 
 
-def test_bad_input(rng):
+def test_probs_and_output_are_the_shared_masked_attention(rng):
+    """One softmax / GQA implementation: attention_stats is core.blocks' masked attention, sequence by sequence."""
     q, k, v = _qkv(rng)
-    with pytest.raises(ValueError, match="multiple"):
-        attention_probs(q[:, :, :3], k)
-    with pytest.raises(ValueError, match="NaN"):
-        attention_probs(np.full_like(q, np.nan), k)
-    with pytest.raises(ValueError, match="topk"):
-        topk_output_error(q, k, v, topk=0)
-    with pytest.raises(ValueError, match="q_pos"):
-        attention_probs(q, k, q_pos=np.array([1, 2]))
+    vis = np.arange(7)[None, :] <= (3 + np.arange(4))[:, None]
+    p = attention_probs(q, k)
+    o = dense_attention(q, k, v)
+    for b in range(2):
+        ob, pb = masked_attention(q[b], k[b], v[b], vis, 5 ** -0.5)
+        np.testing.assert_array_equal(p[b], pb)
+        np.testing.assert_array_equal(o[b], ob)
+        np.testing.assert_array_equal(pb, masked_attention_probs(q[b], k[b], vis, 5 ** -0.5))
 
 
-def test_plot_helpers_return_figures():
-    import matplotlib.pyplot as plt
+Q, K, V = (np.random.default_rng(7).normal(size=s) for s in ((2, 4, 4, 5), (2, 7, 2, 5), (2, 7, 2, 3)))
 
-    from hybrid_lab.widgets.dsa import plot_entropy, plot_losses, plot_topk_curves
 
-    fig = plot_entropy({"a": [6.9, 6.8], "b": [3.0]}, 6.93)
-    assert len(fig.axes[0].patches) == 3
-    plt.close(fig)
-    fig = plot_topk_curves([16, 32], {"c=1": [1.0, 0.5]}, "error")
-    assert len(fig.axes[0].lines) == 1
-    plt.close(fig)
-    fig = plot_losses({"ok": [3.0, 1.0, 0.5], "diverged": [90.0, 1e9, np.inf]})
-    assert len(fig.axes[0].lines) == 3                                   # two curves + the divergence mark
-    plt.close(fig)
-    with pytest.raises(ValueError):
-        plot_entropy({}, 1.0)
+def _with(a, idx, value):
+    a = a.copy()
+    a[idx] = value
+    return a
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: attention_probs(Q[:, :, :3], K), "multiple"),
+    (lambda: attention_probs(np.full_like(Q, np.nan), K), "q must be finite"),
+    (lambda: attention_probs(Q, _with(K, (0, 3, 1, 2), np.inf)), "k must be finite"),
+    (lambda: attention_probs(Q[0], K), "4-D"),
+    (lambda: attention_probs(Q, K[:1]), "k must be"),
+    (lambda: attention_probs(Q[:, :0], K), "empty"),
+    (lambda: attention_probs(Q.astype(complex), K), "dtype"),
+    (lambda: attention_probs(Q, K, scale=0.0), "scale"),
+    (lambda: attention_probs(Q, K, scale=np.nan), "scale"),
+    (lambda: attention_probs(Q, K, q_pos=np.array([1, 2])), "q_pos"),
+    (lambda: attention_probs(Q, K, q_pos=np.array([3, 4, 5, 7])), "q_pos"),           # 7 = S: no such key
+    (lambda: attention_probs(Q, K, q_pos=np.array([3.0, 4, 5, 6])), "q_pos"),
+    (lambda: attention_probs(Q[:, :, :, :4], K), "d="),
+    (lambda: dense_attention(Q, K, V[:, :5]), "v must be"),
+    (lambda: dense_attention(Q, K, _with(V, (1, 0, 0, 0), np.nan)), "v must be finite"),
+    (lambda: topk_output_error(Q, K, V, topk=0), "topk"),
+    (lambda: topk_output_error(Q, K, V, topk=2.5), "topk"),
+    (lambda: attention_entropy(np.array([0.5, -0.1, 0.6])), ">= 0"),
+    (lambda: attention_entropy(np.array([0.5, np.nan, 0.5])), "finite"),
+    (lambda: attention_entropy(np.array([0.5, 0.2])), "sum to 1"),
+    (lambda: entropy_per_head(np.full((2, 3), 0.5)), "4-D"),
+    (lambda: topk_mass(np.array([[0.5, -0.5]]), 1), ">= 0"),
+    (lambda: topk_mass(np.array([[0.5, np.inf]]), 1), "finite"),
+    (lambda: topk_mass(np.array([[0.5, 0.5]]), 0), "k"),
+    (lambda: oracle_topk(np.full((1, 1, 4, 3), 0.25), 3, 2), "multiple"),
+    (lambda: oracle_topk(np.full((1, 1, 4, 3), 0.25), 2, 0), "k"),
+    (lambda: oracle_topk(np.full((1, 4, 3), 0.25), 2, 1), "4-D"),
+])
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

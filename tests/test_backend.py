@@ -2,10 +2,13 @@ import os
 import subprocess
 import sys
 
+import types
+
 import numpy as np
 import pytest
 
 import hybrid_lab
+from hybrid_lab.ops import contracts
 from hybrid_lab.ops import registry as backend
 from hybrid_lab.ops.ssm import selective_scan
 
@@ -19,15 +22,28 @@ def test_default_and_context_manager():
         hybrid_lab.use_backend("cuda")
 
 
-def test_dispatch_routes_to_triton(monkeypatch):
+def test_dispatch_validates_then_routes_to_triton(monkeypatch):
     calls = []
-    monkeypatch.setattr(backend, "_triton_impl", lambda op: (lambda *a, **k: calls.append(op) or "kernel"))
-    with hybrid_lab.use_backend("triton"):
-        assert selective_scan(1, 2, 3, 4, 5) == "kernel"
-    assert calls == ["selective_scan"]
+    fake = types.SimpleNamespace(selective_scan=lambda *a: calls.append(a) or "kernel")
+    monkeypatch.setattr(backend, "triton_module", lambda: fake)
     x = np.zeros((1, 2, 3))
-    y, _ = selective_scan(x, x, -np.ones((3, 2)), np.zeros((1, 2, 2)), np.zeros((1, 2, 2)))
-    assert y.shape == (1, 2, 3)
+    A, B = -np.ones((3, 2)), np.zeros((1, 2, 2))
+    with hybrid_lab.use_backend("triton"):
+        assert selective_scan(x, x, A, B, B) == "kernel"
+        with pytest.raises(ValueError, match="A must be <= 0"):   # the contract runs before the backend
+            selective_scan(x, x, -A, B, B)
+    assert len(calls) == 1
+    assert len(calls[0]) == 8 and calls[0][7] == 64                # validated arguments, in signature order
+    y, _ = selective_scan(x, x, A, B, B)
+    assert y.shape == (1, 2, 3) and len(calls) == 1
+
+
+def test_op_attributes():
+    assert selective_scan.op_name == "selective_scan"
+    assert selective_scan.check is contracts.check_selective_scan
+    x = np.zeros((1, 2, 3))
+    with pytest.raises(ValueError, match="chunk_size"):
+        selective_scan.numpy_impl(x, x, -np.ones((3, 2)), np.zeros((1, 2, 2)), np.zeros((1, 2, 2)), chunk_size=0)
 
 
 def test_env_var_selects_backend():

@@ -1,4 +1,5 @@
-"""DSA roofline: every number of SYLLABUS §04 / seed 003 §5.3, exercises 6 and 7, to the stated digits."""
+"""DSA roofline: every number of lecture 10 §5.3 and exercises 6 and 7 (DeepSeek-V3.2 report §2), to the stated
+digits; bad input; the roofline plot drawn from it (asserted on its data)."""
 import numpy as np
 import pytest
 
@@ -42,17 +43,50 @@ def test_kv_overhead():
     assert round(kv_overhead(), 2) == 0.11
 
 
-def test_bad_input():
-    with pytest.raises(ValueError, match="L"):
-        decode_bytes(0)
-    with pytest.raises(ValueError, match="L"):
-        prefill_flops(1.5)
-    with pytest.raises(ValueError, match="topk"):
-        DSAConfig(topk=0)
+BAD_L = [0, -1, 1.5, 2048.0, float("nan"), float("inf"), "2048", True, None, [4096, 0], np.array([4096.0, np.nan])]
 
 
-def test_roofline_widget_helpers():
+@pytest.mark.parametrize("fn", [decode_bytes, prefill_flops])
+@pytest.mark.parametrize("L", BAD_L, ids=repr)
+def test_bad_lengths_raise(fn, L):
+    with pytest.raises(ValueError, match=r"^L "):
+        fn(L)
+
+
+@pytest.mark.parametrize("kwargs, msg", [({"topk": 0}, "topk"), ({"n_layers": 2.0}, "n_layers"),
+                                         ({"latent_bytes": -1}, "latent_bytes"), ({"qk_dim": True}, "qk_dim"),
+                                         ({"fp8_speedup": 0.0}, "fp8_speedup"),
+                                         ({"fp8_speedup": float("inf")}, "fp8_speedup"),
+                                         ({"fp8_speedup": float("nan")}, "fp8_speedup")])
+def test_bad_configs(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        DSAConfig(**kwargs)
+
+
+@pytest.mark.parametrize("fn", [lambda c: decode_bytes(4096, c), lambda c: prefill_flops(4096, c), decode_crossover,
+                                prefill_speedup_limit, kv_overhead])
+def test_cfg_must_be_a_config(fn):
+    with pytest.raises(ValueError, match="cfg must be a DSAConfig"):
+        fn({"topk": 2048})
+
+
+def test_crossover_needs_index_keys_smaller_than_latents():
+    with pytest.raises(ValueError, match="index_key_bytes"):
+        decode_crossover(DSAConfig(index_key_bytes=1152))
+
+
+def test_roofline_plot_draws_the_model():
     s = roofline_summary(4096)
     assert s["decode_speedup"] == pytest.approx(1.6364, abs=1e-4)
     fig = plot_roofline(65536)
-    assert len(fig.axes) == 2 and len(fig.axes[0].lines) >= 3
+    dec_ax, speed_ax = fig.axes
+    Ls = dec_ax.lines[0].get_xdata()
+    dec, pre = decode_bytes(Ls), prefill_flops(Ls)
+    np.testing.assert_allclose(dec_ax.lines[0].get_ydata(), dec["dense"] / 1e6, rtol=0)
+    np.testing.assert_allclose(dec_ax.lines[1].get_ydata(), dec["dsa"] / 1e6, rtol=0)
+    assert dec_ax.lines[2].get_xdata()[0] == pytest.approx(decode_crossover())
+    np.testing.assert_allclose(speed_ax.lines[0].get_ydata(), pre["speedup"], rtol=0)
+    np.testing.assert_allclose(speed_ax.lines[1].get_ydata(), dec["speedup"], rtol=0)
+    marked = speed_ax.lines[-1]                                 # the L = 65,536 markers
+    s64 = roofline_summary(65536)
+    np.testing.assert_allclose(marked.get_ydata(), [s64["prefill_speedup"], s64["decode_speedup"]])

@@ -5,11 +5,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hybrid_lab.models.forecast import (SyntheticModel, candidate_mask, evaluate_selectors, forecast_logits,
-                                 forecast_loss_and_grad, init_params, make_setup, pool_fine_to_coarse,
-                                 rest_bucket_kl, rest_bucket_partition, teacher_scores, train_forecast)
+                                        forecast_loss_and_grad, init_params, make_setup, oracle_blocks,
+                                        pool_fine_to_coarse, rest_bucket_kl, rest_bucket_partition, teacher_needle_hits,
+                                        teacher_scores, teacher_topk, train_forecast)
 
 
-def test_seed_example_partitions_and_kl():
+def test_worked_example_partitions_and_kl():
+    """A worked example of the rest-bucket KL (SparDA §4.2, Eq. 7): teacher (0.4, 0.3, 0.2, 0.1), student
+    (0.35, 0.25, 0.15, 0.25), top-2 plus the rest."""
     t = np.array([0.4, 0.3, 0.2, 0.1])
     s = np.array([0.35, 0.25, 0.15, 0.25])
     np.testing.assert_allclose(rest_bucket_partition(t, [0, 1]), [0.4, 0.3, 0.3])
@@ -63,17 +66,107 @@ def test_rest_bucket_gradient_matches_finite_differences(seed, k):
     assert loss >= -1e-12
 
 
-def test_bad_inputs():
-    with pytest.raises(ValueError, match="same shape"):
-        rest_bucket_kl(np.ones(4), np.ones(3), 2)
-    with pytest.raises(ValueError, match="k=5 is larger"):
-        rest_bucket_kl(np.ones(4), np.ones(4), 5)
-    with pytest.raises(ValueError, match="non-negative"):
-        rest_bucket_kl(-np.ones(4), np.ones(4), 2)
-    with pytest.raises(ValueError, match="shapes disagree"):
-        forecast_logits(np.ones((1, 2, 8)), np.ones((8, 2, 4)), np.ones((1, 3, 3, 4)))
-    with pytest.raises(ValueError, match="kind"):
-        teacher_scores(np.ones((1, 1, 2, 4)), np.ones((1, 64, 1, 4)), np.array([63]), kind="medium")
+T4 = np.array([0.4, 0.3, 0.2, 0.1])
+Z4 = np.log([0.35, 0.25, 0.15, 0.25])
+
+
+def test_issue_list_rest_bucket_bad_input():
+    """Issue 12: NaN became [0.5, 0.5], negative mass was accepted, a NaN/inf logit gave a finite loss, a duplicate
+    sel double-counted, an out-of-range sel raised IndexError. Each is now a ValueError naming the argument."""
+    with pytest.raises(ValueError, match="p must be finite"):
+        rest_bucket_partition(np.array([np.nan, 1.0]), [0])
+    with pytest.raises(ValueError, match="p must be >= 0"):
+        rest_bucket_partition(np.array([-0.5, 1.5]), [1])
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(ValueError, match="student_logits must be finite"):
+            rest_bucket_kl(T4, np.where(np.arange(4) == 2, bad, Z4), 2)
+    with pytest.raises(ValueError, match="sel must not list a position twice"):
+        rest_bucket_partition(T4, [0, 0])
+    with pytest.raises(ValueError, match="sel must not list a position twice"):
+        rest_bucket_kl(T4, Z4, 2, sel=np.array([1, 1]))
+    with pytest.raises(ValueError, match="sel entries must lie in"):
+        rest_bucket_partition(T4, [0, 4])
+    with pytest.raises(ValueError, match="sel entries must lie in"):
+        rest_bucket_partition(T4, [-2])
+
+
+def test_rest_bucket_documented_edge_cases():
+    np.testing.assert_allclose(rest_bucket_partition(np.zeros(3), [0, -1]), [0, 0, 1])    # nothing to split: "rest"
+    np.testing.assert_allclose(rest_bucket_partition(T4, [-1, -1]), [0, 0, 1])             # empty slots hold 0
+    # a row without candidates is left out of the mean (both partitions are [0, ..., 1]) and gets no gradient
+    loss, g = rest_bucket_kl(np.stack([T4, T4]), np.stack([Z4, Z4]), 2, mask=np.array([[True], [False]]))
+    assert loss == pytest.approx(rest_bucket_kl(T4, Z4, 2)[0]) and (g[1] == 0).all()
+
+
+MODEL = SyntheticModel(n_layers=2, D=8, Hkv=1, G=2, d=8, n_topics=4, seed=0)
+DATA = MODEL.sample(n_seq=1, T=256, seed=1, n_needles=1, span=20)
+SETUP = make_setup(DATA, "fine", q_pos=np.array([200, 255]), k=2)
+Q, K = DATA.Q[1][:, [200, 255]], DATA.K[1]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(3), 2), "same shape"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 5), "k=5 is larger"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 0), "k must be"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 2.0), "k must be"),
+    (lambda: rest_bucket_kl(-np.ones(4), np.ones(4), 2), "teacher must be >= 0"),
+    (lambda: rest_bucket_kl(np.array([1.0, np.inf]), np.ones(2), 1), "teacher must be finite"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 2, mask=np.ones(4)), "mask must be a bool"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 2, mask=np.ones(3, bool)), "mask must broadcast"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 2, sel=np.array([0, 1, 2])), "sel must have shape"),
+    (lambda: rest_bucket_kl(np.ones(4), np.ones(4), 2, sel=np.array([0.0, 1.0])), "sel must be an integer array"),
+    (lambda: rest_bucket_partition(np.ones((2, 4)), [[0], [1], [2]]), "sel must have shape"),
+    (lambda: rest_bucket_partition(np.float64(1.0), []), "scalar"),
+    (lambda: teacher_topk(np.array([1.0, np.nan]), 1), "teacher must be finite"),
+    (lambda: teacher_topk(np.ones(3), 0), "k must be"),
+    (lambda: candidate_mask(np.array([-1]), 30), "q_pos"),
+    (lambda: candidate_mask(np.array([100.0]), 30), "q_pos"),
+    (lambda: candidate_mask(np.array([100]), -1), "Nc"),
+    (lambda: candidate_mask(np.array([100]), 30, block_size=0), "block_size"),
+    (lambda: candidate_mask(np.array([100]), 30, window=8, stride=16), "stride"),
+    (lambda: pool_fine_to_coarse(np.ones(20), 5), "too few"),
+    (lambda: pool_fine_to_coarse(np.array([1.0, np.nan]), 0), "scores_f must be finite"),
+    (lambda: pool_fine_to_coarse(np.ones(99), 5, fine=(64, 1)), "fit in the coarse window"),
+    (lambda: pool_fine_to_coarse(np.ones(99), 5, fine=(2, 0)), "stride"),
+    (lambda: teacher_scores(np.ones((1, 1, 2, 4)), np.ones((1, 64, 1, 4)), np.array([63]), kind="medium"), "kind"),
+    (lambda: teacher_scores(Q, K, np.array([200, 256])), "q_pos"),
+    (lambda: teacher_scores(Q, K, np.array([200.0, 255.0])), "q_pos"),
+    (lambda: teacher_scores(np.full_like(Q, np.nan), K, np.array([200, 255])), "q must be finite"),
+    (lambda: teacher_scores(Q, K, np.array([200, 255]), scale=-1.0), "scale"),
+    (lambda: forecast_logits(np.ones((1, 2, 8)), np.ones((8, 2, 4)), np.ones((1, 3, 3, 4))), "shapes disagree"),
+    (lambda: forecast_logits(np.full((1, 2, 8), np.nan), np.ones((8, 2, 4)), np.ones((1, 3, 2, 4))), "x_src"),
+    (lambda: forecast_logits(np.ones((1, 2, 8)), np.ones((8, 2, 0)), np.ones((1, 3, 2, 0))), "head width"),
+    (lambda: forecast_logits(np.ones((1, 2, 8)), np.ones((8, 2, 4)), np.ones((1, 3, 2, 4)), scale=0), "scale"),
+    (lambda: SyntheticModel(D=0), "D"),
+    (lambda: SyntheticModel(noise=-0.1), "noise"),
+    (lambda: SyntheticModel(needle_logit=np.inf), "needle_logit"),
+    (lambda: SyntheticModel(d=8, n_topics=8), "2·n_topics"),
+    (lambda: MODEL.sample(T=10, n_needles=4), "distinct needles"),
+    (lambda: MODEL.sample(T=100, span=40, first=64), "span"),
+    (lambda: MODEL.sample(n_seq=0), "n_seq"),
+    (lambda: make_setup({"K": []}), "SyntheticData"),
+    (lambda: make_setup(DATA, q_pos=np.array([256])), "q_pos"),
+    (lambda: make_setup(DATA, k=0), "k"),
+    (lambda: forecast_loss_and_grad({"W0": np.zeros((8, 1, 8))}, SETUP), "'W1' is missing"),
+    (lambda: forecast_loss_and_grad({"W0": np.zeros((8, 1, 8)), "W1": np.full((8, 1, 8), np.nan)}, SETUP), "W"),
+    (lambda: init_params(MODEL, std=0.0), "std"),
+    (lambda: train_forecast(MODEL, SETUP, steps=0), "steps"),
+    (lambda: train_forecast(MODEL, SETUP, lr=np.nan), "lr"),
+    (lambda: train_forecast(MODEL, SETUP, weight_decay=-1.0), "weight_decay"),
+    (lambda: oracle_blocks(Q, K, np.array([200, 300]), 1), "q_pos"),
+    (lambda: oracle_blocks(Q, K, np.array([200, 255]), 1, block_size=0), "block_size"),
+    (lambda: evaluate_selectors(DATA, {}, np.array([255]), topk=0), "topk"),
+    (lambda: evaluate_selectors(DATA, {"x": {"W0": np.zeros((8, 1, 8))}}, np.array([255])), "'W1' is missing"),
+    (lambda: evaluate_selectors(DATA, {"x": {"W0": 0, "W1": 0}}, np.array([255])), "W0"),
+    (lambda: evaluate_selectors(DATA, {}, np.array([-1])), "q_pos"),
+    (lambda: teacher_needle_hits(MODEL, DATA, 2, 0, np.array([255]), "fine"), "layer"),
+    (lambda: teacher_needle_hits(MODEL, DATA, 1, 1, np.array([255]), "fine"), "group"),
+    (lambda: teacher_needle_hits(MODEL, DATA, 1, 0, np.array([255]), "fine", seq=1), "seq"),
+    (lambda: teacher_needle_hits(MODEL, DATA, 1, 0, np.array([10]), "fine"), "0 of 0"),
+])
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_pool_fine_to_coarse_keeps_a_sharp_peak():

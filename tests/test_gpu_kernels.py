@@ -4,31 +4,34 @@ Without a GPU the kernels run in Triton's interpreter (``gpu_track`` sets TRITON
 them), so shapes stay small. On a GPU the same tests run natively: ``pytest -m gpu tests/test_gpu_kernels.py``;
 bf16 cases run only there (the interpreter's bf16 arithmetic is not trustworthy).
 
-Outputs are poisoned (NaN-filled before each launch, ``gpu_track._common.POISON``): an element a kernel forgets
+Outputs are poisoned (NaN-filled before each launch, ``gpu_track.common.POISON``): an element a kernel forgets
 to write is NaN and fails the comparison. Tolerances, as max |kernel - twin| / max |twin| against the twin run in
 float64 on the same (rounded) inputs: fp64 1e-10, fp32 2e-5, fp16 4e-3, bf16 3e-2 (the half types also round the
 attention probabilities before the P·V product, as FlashAttention does).
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-gpu_track = pytest.importorskip("gpu_track")   # first: it sets TRITON_INTERPRET before triton is imported
+torch = pytest.importorskip("torch")           # torch and triton are the optional [gpu] extra
+import gpu_track  # noqa: E402  (before triton: it sets TRITON_INTERPRET when there is no GPU)
+
 pytest.importorskip("triton")
 
-from gpu_track import _common  # noqa: E402
-from gpu_track import block_sparse, fa_decode_topk, lightning_indexer, numpy_api, selective_scan  # noqa: E402
-from gpu_track import sparse_attention, ssd  # noqa: E402
-from hybrid_lab.models import hysparse2, infllm
-from hybrid_lab.ops import ssm  # noqa: E402
-from hybrid_lab.models import lightning_indexer as li_twin  # noqa: E402
+from gpu_track import block_sparse, common, fa_decode_topk, lightning_indexer, numpy_api  # noqa: E402
+from gpu_track import selective_scan, softmax, sparse_attention, ssd  # noqa: E402
+from hybrid_lab.ops import block_sparse as bs_twin  # noqa: E402
+from hybrid_lab.ops import fa_decode as fa_twin  # noqa: E402
+from hybrid_lab.ops import lightning_indexer as li_twin  # noqa: E402
 from hybrid_lab.ops import sparse_attention as sa_twin  # noqa: E402
+from hybrid_lab.ops import ssm  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ON_GPU = not gpu_track.INTERPRET
-DEV = _common.device()
+DEV = common.device()
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 DTYPES = [torch.float64, torch.float32, torch.float16,
           pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not ON_GPU, reason="bf16 only on a GPU"))]
@@ -36,7 +39,12 @@ DTYPES = [torch.float64, torch.float32, torch.float16,
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
-    monkeypatch.setattr(_common, "POISON", True)
+    monkeypatch.setattr(common, "POISON", True)
+
+
+def case_seed(case) -> int:
+    """A seed per parametrized case that is the same in every process (``hash`` of a tuple with str is not)."""
+    return zlib.crc32(repr(case).encode())
 
 
 def as_t(a, dtype):
@@ -68,7 +76,7 @@ SA_CASES = [  # (B, T, Hq, Hkv, S, d, dv, K, pad)
 @pytest.mark.parametrize("with_sink", [False, True])
 def test_sparse_attention_matches_twin(case, dtype, with_sink):
     B, T, Hq, Hkv, S, d, dv, K, pad = case
-    rng = np.random.default_rng(hash(case) % 2**32)
+    rng = np.random.default_rng(case_seed(case))
     q, k, v = (rng.standard_normal(s) for s in ((B, T, Hq, d), (B, S, Hkv, d), (B, S, Hkv, dv)))
     idx = np.stack([rng.permutation(S)[:K] for _ in range(B * T * Hkv)]).reshape(B, T, Hkv, K)
     if pad == "some":
@@ -108,7 +116,7 @@ def test_lightning_indexer_exact_on_integer_inputs(case, dtype):
     """Small integers make q·k and the weighted sum exact in every dtype, so scores AND top-k order (ties to the
     smaller position) must match the twin exactly."""
     B, T, Hi, di, S, topk, qp = case
-    rng = np.random.default_rng(hash(case) % 2**32)
+    rng = np.random.default_rng(case_seed(case))
     q = rng.integers(-2, 3, (B, T, Hi, di)).astype(float)
     w = rng.integers(0, 3, (B, T, Hi)).astype(float)
     k = rng.integers(-2, 3, (B, S, di)).astype(float)
@@ -154,14 +162,14 @@ def _same_selection(got, ref, score):
 @pytest.mark.parametrize("with_sink", [False, True])
 def test_fa_decode_topk_matches_twin(case, dtype, with_sink):
     B, Hq, Hkv, d, dv, S, topk, window = case
-    rng = np.random.default_rng(hash(case) % 2**32)
+    rng = np.random.default_rng(case_seed(case))
     q, k, v = rng.standard_normal((B, Hq, d)), rng.standard_normal((B, S, Hkv, d)), rng.standard_normal((B, S, Hkv, dv))
     sink = rng.standard_normal(Hq) if with_sink else None
     o, score = fa_decode_topk.fa_decode(as_t(q, dtype), as_t(k, dtype), as_t(v, dtype), window,
                                         sink=None if sink is None else as_t(sink, torch.float64))
-    idx = _common.topk_stable(score, topk).cpu().numpy()
+    idx = common.topk_stable(score, topk).cpu().numpy()
     qr, kr, vr = rounded(q, dtype), rounded(k, dtype), rounded(v, dtype)
-    ro, ri = hysparse2.fa_decode_topk.numpy_impl(qr, kr, vr, topk, window, sink=sink)
+    ro, ri = fa_twin.fa_decode_topk.numpy_impl(qr, kr, vr, topk, window, sink=sink)
     assert rel_err(o, ro) < TOL[dtype]
     # the twin's ranking score, recomputed in float64: probability summed over the group's heads
     G = Hq // Hkv
@@ -272,7 +280,7 @@ BS_CASES = [  # (B, T, Hq, Hkv, S, d, block, nb, layout, q_pos)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_block_sparse_attention_matches_twin(case, dtype):
     B, T, Hq, Hkv, S, d, bs, nb, layout, qp = case
-    rng = np.random.default_rng(hash(case) % 2**32)
+    rng = np.random.default_rng(case_seed(case))
     q, k, v = rng.standard_normal((B, T, Hq, d)), rng.standard_normal((B, S, Hkv, d)), rng.standard_normal((B, S, Hkv, d))
     nblk = -(-S // bs)
     if layout == "uniform":
@@ -288,7 +296,7 @@ def test_block_sparse_attention_matches_twin(case, dtype):
     q_pos = None if qp is None else np.sort(np.concatenate([[0, S - 1], rng.integers(0, S, T - 2)]))
     o = block_sparse.block_sparse_attention(as_t(q, dtype), as_t(k, dtype), as_t(v, dtype), torch.from_numpy(bidx).to(DEV),
                                             block_size=bs, q_pos=None if q_pos is None else torch.from_numpy(q_pos).to(DEV))
-    ref = infllm.block_sparse_attention.numpy_impl(rounded(q, dtype), rounded(k, dtype), rounded(v, dtype), bidx,
+    ref = bs_twin.block_sparse_attention.numpy_impl(rounded(q, dtype), rounded(k, dtype), rounded(v, dtype), bidx,
                                                    block_size=bs, q_pos=q_pos)
     assert rel_err(o, ref) < TOL[dtype]
 
@@ -300,25 +308,226 @@ def test_tile_uniform_detects_shared_lists():
     assert not block_sparse.tile_uniform(b, 4) and block_sparse.tile_uniform(b, 1)
 
 
-# --------------------------------------------------------------------------------------------- numpy API contract
-def test_numpy_api_rejects_bad_input_like_the_twins():
-    rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((1, 1, 2, 8)), rng.standard_normal((1, 5, 1, 8)), rng.standard_normal((1, 5, 1, 8))
+# --------------------------------------------------------------------------------------------- shared layer
+def test_split_k_equals_one_pass_with_and_without_sink():
+    """softmax.combine_splits merging 1, 2 or 5 slices of the index list gives the one-pass result (float64)."""
+    rng = np.random.default_rng(21)
+    q, k, v = (rng.standard_normal(s) for s in ((1, 2, 4, 16), (1, 200, 2, 16), (1, 200, 2, 16)))
+    idx = torch.from_numpy(np.stack([rng.permutation(200)[:150] for _ in range(4)]).reshape(1, 2, 2, 150)).to(DEV)
+    sink = as_t(rng.standard_normal(4), torch.float64)
+    for sk in (None, sink):
+        one = sparse_attention.sparse_attention(*(as_t(a, torch.float64) for a in (q, k, v)), idx, sink=sk, nsplit=1)
+        for nsplit in (2, 5):
+            split = sparse_attention.sparse_attention(*(as_t(a, torch.float64) for a in (q, k, v)), idx, sink=sk,
+                                                      nsplit=nsplit)
+            assert rel_err(split, one.cpu().numpy()) < 1e-12
+
+
+def test_combine_splits_merges_partials_and_handles_empty_heads():
+    """Two slices of one head's keys, written as (m, l, acc) partials, merge to the softmax over all keys; a head
+    whose slices saw nothing (m = -inf, l = 0) gets 0, as the twins' empty index set."""
+    s1, s2 = np.array([0.5, -1.0]), np.array([2.0, 0.1, -0.3])
+    v1, v2 = np.array([[1.0], [2.0]]), np.array([[3.0], [4.0], [5.0]])
+    parts = [(s.max(), np.exp(s - s.max()).sum(), np.exp(s - s.max()) @ vv) for s, vv in ((s1, v1), (s2, v2))]
+    f64 = dict(dtype=torch.float64, device=DEV)
+    part_m = torch.tensor([[[[parts[0][0], -np.inf], [parts[1][0], -np.inf]]]], **f64)   # (R=1, Hkv=1, 2 splits, G=2)
+    part_l = torch.tensor([[[[parts[0][1], 0.0], [parts[1][1], 0.0]]]], **f64)
+    part_acc = torch.zeros((1, 1, 2, 2, 1), **f64)
+    part_acc[0, 0, 0, 0], part_acc[0, 0, 1, 0] = as_t(parts[0][2], torch.float64), as_t(parts[1][2], torch.float64)
+    o = torch.full((1, 2, 1), np.nan, **f64)
+    softmax.combine_splits(part_m, part_l, part_acc, None, o)
+    s_all, v_all = np.concatenate([s1, s2]), np.concatenate([v1, v2])
+    p = np.exp(s_all - s_all.max()) / np.exp(s_all - s_all.max()).sum()
+    assert o[0, 0, 0].item() == pytest.approx(float(p @ v_all[:, 0]), rel=1e-14)
+    assert o[0, 1, 0].item() == 0.0
+
+
+def test_accumulator_and_precision_helpers():
+    import triton.language as tl
+    assert common.acc_torch_dtype(torch.float16, torch.float64) == torch.float64
+    assert common.acc_torch_dtype(torch.bfloat16, torch.float32) == torch.float32
+    assert common.acc_dtype(torch.float64) == tl.float64 and common.acc_dtype(torch.float16) == tl.float32
+    assert common.dot_precision(torch.float32) == "ieee" and common.dot_precision(torch.bfloat16) == "tf32"
+    assert common.split_chunk(100, 32, 3) == (64, 2)      # 4 blocks in at most 3 slices: 2 slices of 2 blocks
+    assert common.split_chunk(100, 32, 1) == (128, 1) and common.split_chunk(100, 32, 9) == (32, 4)
+
+
+# ----------------------------------------------------------------------------------- torch wrappers: bad input
+def _attn_inputs(B=1, T=2, Hq=4, Hkv=2, S=20, d=16, dv=16, dtype=torch.float64):
+    rng = np.random.default_rng(5)
+    return (as_t(rng.standard_normal((B, T, Hq, d)), dtype), as_t(rng.standard_normal((B, S, Hkv, d)), dtype),
+            as_t(rng.standard_normal((B, S, Hkv, dv)), dtype))
+
+
+def _sa_bad_cases():
+    q, k, v = _attn_inputs()                                   # S = 20, Hkv = 2
+    idx = torch.tensor([[[[0, 5, -1], [1, 2, 3]], [[4, -1, -1], [19, 0, 7]]]], device=DEV)
+    sa = sparse_attention.sparse_attention
+    return {
+        "index = S": (lambda: sa(q, k, v, torch.where(idx == 19, 20, idx)), "idx entries must lie in \\[-1, 20\\)"),
+        "index < -1": (lambda: sa(q, k, v, torch.where(idx == -1, -2, idx)), "idx"),
+        "index huge": (lambda: sa(q, k, v, torch.where(idx == 7, 2 ** 40, idx)), "idx"),
+        "float index": (lambda: sa(q, k, v, idx.double()), "idx must have dtype"),
+        "index heads": (lambda: sa(q, k, v, idx[:, :, :1]), "idx must have shape"),
+        "k dtype": (lambda: sa(q, k.float(), v, idx), "k must have dtype"),
+        "k head dim": (lambda: sa(q, k[..., :8], v, idx), "k must have shape"),
+        "v length": (lambda: sa(q, k, v[:, :10], idx), "v must have shape"),
+        "q 3-D": (lambda: sa(q[:, 0], k, v, idx), "q must have shape"),
+        "numpy q": (lambda: sa(q.cpu().numpy(), k, v, idx), "q must be a torch tensor"),
+        "GQA": (lambda: sa(q[:, :, :3], k, v, idx), "Hq=3 must be a multiple of Hkv=2"),
+        "sink shape": (lambda: sa(q, k, v, idx, sink=q.new_zeros(3)), "sink must have shape"),
+        "sink NaN": (lambda: sa(q, k, v, idx, sink=q.new_tensor([0.0, np.nan, 0, 0])), "sink must be finite"),
+        "scale NaN": (lambda: sa(q, k, v, idx, scale=float("nan")), "scale"),
+        "block_k": (lambda: sa(q, k, v, idx, block_k=24), "block_k must be a power of two"),
+        "nsplit": (lambda: sa(q, k, v, idx, nsplit=0), "nsplit"),
+        "device": (lambda: sa(q, k.to("meta"), v, idx), "k must be on"),
+    }
+
+
+def _bs_bad_cases():
+    q, k, v = _attn_inputs(T=3, S=40)                          # block_size 16: Nb = 3
+    bidx = torch.tensor([[[[0, 2], [1, -1]]] * 3], device=DEV)
+    bs = block_sparse.block_sparse_attention
+    return {
+        "block index = Nb": (lambda: bs(q, k, v, torch.where(bidx == 2, 3, bidx), 16), "block_idx .* \\[-1, 3\\)"),
+        "block index < -1": (lambda: bs(q, k, v, torch.where(bidx == -1, -2, bidx), 16), "block_idx"),
+        "block_idx shape": (lambda: bs(q, k, v, bidx[:, :2], 16), "block_idx must have shape"),
+        "block_idx float": (lambda: bs(q, k, v, bidx.float(), 16), "block_idx must have dtype"),
+        "q_pos = S": (lambda: bs(q, k, v, bidx, 16, q_pos=torch.tensor([3, 10, 40], device=DEV)), "q_pos entries"),
+        "q_pos < 0": (lambda: bs(q, k, v, bidx, 16, q_pos=torch.tensor([-1, 10, 20], device=DEV)), "q_pos"),
+        "q_pos float": (lambda: bs(q, k, v, bidx, 16, q_pos=q.new_tensor([1.0, 2.0, 3.0])), "q_pos must have dtype"),
+        "q_pos length": (lambda: bs(q, k, v, bidx, 16, q_pos=torch.tensor([1, 2], device=DEV)), "q_pos must have sh"),
+        "T > S": (lambda: bs(*_attn_inputs(T=3, S=2), torch.zeros((1, 3, 2, 1), dtype=torch.int64, device=DEV), 16),
+                  "T must be <= S"),
+        "block_size 0": (lambda: bs(q, k, v, bidx, 0), "block_size must be an integer >= 1"),
+        "block_t": (lambda: bs(q, k, v, bidx, 16, block_t=3), "block_t must be a power of two"),
+        "v heads": (lambda: bs(q, k, v[:, :, :1], bidx, 16), "v must have shape"),
+    }
+
+
+def _li_bad_cases():
+    rng = np.random.default_rng(2)
+    q, w, k = (as_t(rng.standard_normal(s), torch.float64) for s in ((1, 3, 4, 16), (1, 3, 4), (1, 10, 16)))
+    li = lightning_indexer.lightning_indexer
+    return {
+        "q_pos < 0": (lambda: li(q, w, k, 2, torch.tensor([-1, 3, 4], device=DEV)), "q_pos entries .* \\[0, inf"),
+        "q_pos length": (lambda: li(q, w, k, 2, torch.tensor([1, 3], device=DEV)), "q_pos must have shape"),
+        "q_pos float": (lambda: li(q, w, k, 2, torch.tensor([1.0, 3, 4], device=DEV)), "q_pos must have dtype"),
+        "T > S": (lambda: li(q, w, k[:, :2], 2), "T must be <= S"),
+        "topk 0": (lambda: li(q, w, k, 0), "topk must be an integer >= 1"),
+        "w shape": (lambda: li(q, w[..., :3], k, 2), "w must have shape"),
+        "k dim": (lambda: li(q, w, k[..., :8], 2), "k must have shape"),
+        "k dtype": (lambda: li(q, w, k.float(), 2), "k must have dtype"),
+        "block_s": (lambda: lightning_indexer.indexer_scores(q, w, k, block_s=48), "block_s must be a power of two"),
+        "block_t rows": (lambda: lightning_indexer.indexer_scores(q, w, k, block_t=2), "block_t"),
+    }
+
+
+def _fa_bad_cases():
+    q, k, v = _attn_inputs()
+    q = q[:, 0]
+    fa = fa_decode_topk.fa_decode_topk
+    return {
+        "topk 0": (lambda: fa(q, k, v, 0, 4), "topk must be an integer >= 1"),
+        "window 0": (lambda: fa(q, k, v, 2, 0), "window must be an integer >= 1"),
+        "window float": (lambda: fa(q, k, v, 2, 4.0), "window"),
+        "q 4-D": (lambda: fa(q[:, None], k, v, 2, 4), "q must have shape"),
+        "v length": (lambda: fa(q, k, v[:, :5], 2, 4), "v must have shape"),
+        "k batch": (lambda: fa(q, torch.cat([k, k]), v, 2, 4), "k must have shape"),
+        "sink NaN": (lambda: fa(q, k, v, 2, 4, sink=q.new_tensor([np.nan, 0, 0, 0])), "sink must be finite"),
+        "block_s": (lambda: fa_decode_topk.fa_decode(q, k, v, 4, block_s=100), "block_s must be a power of two"),
+    }
+
+
+def _scan_bad_cases():
+    x, dt, A, B, C, D, h0 = (as_t(a, torch.float64) for a in _scan_inputs((1, 5, 4, 3, True, True), 0))
+    ss, st = selective_scan.selective_scan, selective_scan.selective_scan_step
+    return {
+        "dt shape": (lambda: ss(x, dt[:, :4], A, B, C), "dt must have shape"),
+        "A shape": (lambda: ss(x, dt, A[:3], B, C), "A must have shape"),
+        "B state size": (lambda: ss(x, dt, A, B[..., :2], C), "B must have shape"),
+        "C length": (lambda: ss(x, dt, A, B, C[:, :4]), "C must have shape"),
+        "D shape": (lambda: ss(x, dt, A, B, C, D[:2]), "D must have shape"),
+        "h0 shape": (lambda: ss(x, dt, A, B, C, D, h0[..., :2]), "h0 must have shape"),
+        "int x": (lambda: ss(x.long(), dt, A, B, C), "x must have dtype"),
+        "chunk": (lambda: ss(x, dt, A, B, C, chunk=12), "chunk must be a power of two"),
+        "variant": (lambda: ss(x, dt, A, B, C, variant="parallel"), "variant"),
+        "step h": (lambda: st(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, h0[:, :3]), "h must have shape"),
+        "step B": (lambda: st(x[:, 0], dt[:, 0], A, B, C[:, 0], D, h0), "B must have shape"),
+    }
+
+
+def _ssd_bad_cases():
+    rng = np.random.default_rng(4)
+    x, dt, A, B, C, D, h0 = (as_t(rng.standard_normal(s), torch.float64) for s in
+                             ((1, 5, 2, 16), (1, 5, 2), (2,), (1, 5, 8), (1, 5, 8), (2,), (1, 2, 16, 8)))
+    sd = ssd.ssd_chunked
+    return {
+        "A shape": (lambda: sd(x, dt, A[:1], B, C), "A must have shape"),
+        "dt heads": (lambda: sd(x, dt[..., :1], A, B, C), "dt must have shape"),
+        "C state size": (lambda: sd(x, dt, A, B, C[..., :4]), "C must have shape"),
+        "h0 shape": (lambda: sd(x, dt, A, B, C, D, h0[:, :, :8]), "h0 must have shape"),
+        "D shape": (lambda: sd(x, dt, A, B, C, D[:1]), "D must have shape"),
+        "block_p": (lambda: sd(x, dt, A, B, C, block_p=24), "block_p must be a power of two"),
+        "block_n_states": (lambda: sd(x, dt, A, B, C, two_pass=True, block_n_states=0), "block_n_states"),
+        "chunk": (lambda: sd(x, dt, A, B, C, chunk=0), "chunk must be an integer >= 1"),
+    }
+
+
+BAD_GROUPS = (("sparse_attention", _sa_bad_cases), ("block_sparse", _bs_bad_cases),
+              ("lightning_indexer", _li_bad_cases), ("fa_decode", _fa_bad_cases),
+              ("selective_scan", _scan_bad_cases), ("ssd", _ssd_bad_cases))
+BAD = {f"{group} / {name}": case for group, cases in BAD_GROUPS for name, case in cases().items()}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_torch_wrappers_reject_bad_input(name):
+    """Each wrapper checks its arguments before launching: a ValueError naming the argument, never a number."""
+    call, match = BAD[name]
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_sparse_attention_index_at_s_was_an_out_of_bounds_read():
+    """The case the checks exist for: with idx = S the kernel would gather row S, which is the next sequence's
+    key 0 (or past the buffer), and return a finite, wrong output. Now it raises; idx = S - 1 still works."""
+    q, k, v = _attn_inputs(B=2, S=20)
+    idx = torch.full((2, 2, 2, 1), 19, device=DEV)
+    assert torch.isfinite(sparse_attention.sparse_attention(q, k, v, idx)).all()
     with pytest.raises(ValueError, match="idx"):
-        numpy_api.sparse_attention(q, k, v, np.array([[[[0, 7]]]]))
-    with pytest.raises(ValueError, match="repeat"):
-        numpy_api.sparse_attention(q, k, v, np.array([[[[1, 1]]]]))
-    with pytest.raises(ValueError, match="topk"):
-        numpy_api.fa_decode_topk(q[:, 0], k, v, 0, 2)
-    with pytest.raises(ValueError, match="block_idx"):
-        numpy_api.block_sparse_attention(q, k, v, np.array([[[[3]]]]), block_size=4)
-    with pytest.raises(ValueError, match="dt"):
-        numpy_api.selective_scan(np.ones((1, 3, 2)), -np.ones((1, 3, 2)), -np.ones((2, 2)), np.ones((1, 3, 2)),
-                                 np.ones((1, 3, 2)))
-    with pytest.raises(ValueError, match="NaN"):
-        numpy_api.lightning_indexer(np.full((1, 1, 2, 4), np.nan), np.ones((1, 1, 2)), np.ones((1, 3, 4)), 2)
+        sparse_attention.sparse_attention(q, k, v, idx + 1)
 
 
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
+def test_checks_do_not_break_cuda_graph_capture():
+    """The benchmark replays decode launches from CUDA graphs: the host-side index checks are skipped during capture
+    (the eager call before it was checked), and the replay equals the eager result."""
+    q, k, v = _attn_inputs(B=2, T=1, Hq=32, Hkv=2, S=300, dtype=torch.float16)
+    idx = torch.randint(0, 300, (2, 1, 2, 40), device=DEV)
+    bidx = torch.randint(0, 5, (2, 1, 2, 3), device=DEV)
+    calls = [lambda: sparse_attention.sparse_attention(q, k, v, idx),
+             lambda: block_sparse.block_sparse_attention(q, k, v, bidx, 64),
+             lambda: fa_decode_topk.fa_decode(q[:, 0], k, v, 16)[0]]
+    eager = [c() for c in calls]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = [c() for c in calls]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(captured, eager))
+
+
+def test_indexer_q_pos_past_s_sees_every_key():
+    """The indexer's q_pos has no upper bound (q_pos >= S - 1 sees every key), even past int32."""
+    rng = np.random.default_rng(8)
+    q, w, k = (as_t(rng.standard_normal(s), torch.float64) for s in ((1, 2, 2, 16), (1, 2, 2), (1, 9, 16)))
+    a = lightning_indexer.indexer_scores(q, w, k, torch.tensor([8, 8], device=DEV))
+    b = lightning_indexer.indexer_scores(q, w, k, torch.tensor([9, 2 ** 40], device=DEV))
+    assert torch.equal(a, b) and torch.isfinite(a).all()
+
+
+# --------------------------------------------------------------------------------------------- numpy API contract
+# (bad input never reaches numpy_api: the registry runs the op's contract first; see tests/test_contracts.py)
 def test_numpy_api_keeps_the_twins_dtypes():
     rng = np.random.default_rng(1)
     q32 = rng.standard_normal((1, 2, 2, 8)).astype(np.float32)

@@ -46,15 +46,39 @@ def test_roofline_numbers():
         report.roofline_points(res, "nope")
 
 
-def test_plot_and_explorer_return_objects():
+def test_plot_roofline_draws_the_roof_and_the_measured_rows():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig = report.plot_roofline(report.load_results(), "fa_decode_topk")
-    assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes[0].lines) >= 2
+    res = report.load_results()
+    fig = report.plot_roofline(res, "fa_decode_topk")
+    ax = fig.axes[0]
+    roof_line, *points = ax.lines
+    xs = np.asarray(roof_line.get_xdata())
+    assert np.allclose(roof_line.get_ydata(), report.roof(res, xs))                   # the roof is the roofline
+    assert xs.min() == pytest.approx(0.1) and xs.max() == pytest.approx(1e4)
+    ai, tf, phase = report.roofline_points(res, "fa_decode_topk")
+    drawn = {ln.get_label(): (np.asarray(ln.get_xdata()), np.asarray(ln.get_ydata())) for ln in points}
+    for ph in sorted(set(phase)):                                                    # one marker series per phase
+        sel = [i for i, p in enumerate(phase) if p == ph]
+        x, y = drawn[f"fa_decode_topk {ph} (measured)"]
+        assert np.allclose(x, ai[sel]) and np.allclose(y, tf[sel])
+    assert len(points) == len(set(phase)) and ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert res["machine"] in ax.get_title()
     plt.close(fig)
+
+
+def test_roofline_explorer_offers_every_kernel_and_shows_its_summary(capsys):
+    import matplotlib
+    matplotlib.use("Agg")
     import ipywidgets
-    assert isinstance(report.roofline_explorer(_fake()), ipywidgets.Widget)
+    res = _fake()
+    w = report.roofline_explorer(res)
+    assert isinstance(w, ipywidgets.Widget)
+    assert list(w.children[0].options) == list(report.KERNELS) and w.children[0].value == report.KERNELS[0]
+    capsys.readouterr()
+    w.f("ssd_chunked")                                    # what picking a kernel in the dropdown runs
+    assert report.roofline_summary(res, "ssd_chunked") in capsys.readouterr().out
 
 
 def test_table_and_bad_file(tmp_path):

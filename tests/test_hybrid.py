@@ -89,16 +89,53 @@ def test_bad_config(kw, msg):
         HybridConfig(**kw)
 
 
-def test_bad_inputs(model):
-    with pytest.raises(ValueError, match="tokens"):
-        model.prefill(np.array([[1, 2]]))
-    with pytest.raises(ValueError, match="vocab"):
-        model.prefill(np.array([1, 99]))
-    with pytest.raises(ValueError, match="snapshot_at"):
-        model.prefill(np.arange(10), snapshot_at=[11])
-    with pytest.raises(ValueError, match="pos"):
-        HybridCache.from_parts([], [], -1)
-    with pytest.raises(ValueError, match="shared"):
-        reusable_prefix(-1, [3])
-    with pytest.raises(ValueError, match="chunk_size"):
-        chunk_boundary(3, 0)
+@pytest.mark.parametrize("call, match", [
+    (lambda m: m.prefill(np.array([[1, 2]])), "tokens"),
+    (lambda m: m.prefill(np.array([1, 99])), "tokens"),
+    (lambda m: m.prefill(np.array([1.0, 2.0])), "tokens"),
+    (lambda m: m.prefill(np.arange(10), snapshot_at=[11]), "snapshot_at"),
+    (lambda m: m.prefill(np.arange(10), snapshot_at=[2.5]), "snapshot_at"),
+    (lambda m: m.prefill(np.arange(10), snapshot_at="all"), "snapshot_at"),
+    (lambda m: m.prefill(np.arange(3), cache=HybridCache(2)), "layer layout"),
+    (lambda m: m.prefill(np.arange(3), cache=HybridCache(5, *_shapes(m, 4))), "pos=5"),
+    (lambda m: m.prefill(np.arange(3), cache="cache"), "HybridCache"),
+    (lambda m: m.decode_step(2.0, m.init_cache()), "token"),
+    (lambda m: m.decode_step(64, m.init_cache()), "token"),
+    (lambda m: m.generate(np.arange(4), 1.5), "n_new"),
+    (lambda m: m.generate(np.arange(4), -1), "n_new"),
+    (lambda m: m.generate(np.array([], int), 2), "empty prompt"),
+    (lambda m: HybridCache.from_parts([], [], -1), "pos"),
+    (lambda m: HybridCache.from_parts([], [], 2.5), "pos"),
+    (lambda m: HybridCache.from_parts([(np.zeros((3, 2, 16)), np.zeros((3, 2, 16)))], [], 4), "fewer than pos"),
+    (lambda m: HybridCache.from_parts([(np.full((3, 2, 16), np.nan), np.zeros((3, 2, 16)))], [], 2), "finite"),
+    (lambda m: HybridCache(pos=-2), "pos"),
+    (lambda m: reusable_prefix(-1, [3]), "shared"),
+    (lambda m: reusable_prefix(10, [3.5]), "state_positions"),
+    (lambda m: reusable_prefix(10, [-4]), "state_positions"),
+    (lambda m: chunk_boundary(3, 0), "chunk_size"),
+    (lambda m: chunk_boundary(-1, 4), "want"),
+    (lambda m: shared_prefix_len(np.zeros((2, 2), int), np.arange(3)), "a must be 1-D"),
+    (lambda m: shared_prefix_len(np.arange(3), np.array([0.5])), "b must be"),
+    (lambda m: serve_with_reuse(m, np.arange(8), m.prefill(np.arange(6))[1], {}, 7), "shared=7"),
+    (lambda m: serve_with_reuse(m, np.arange(8), m.prefill(np.arange(6))[1], {4: []}, 5), "snapshots"),
+    (lambda m: MiniHybrid({"vocab": 64}), "HybridConfig"),
+])
+def test_bad_inputs(model, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(model)
+
+
+def _shapes(m, pos):
+    """A cache of the right layer layout whose KV holds ``pos`` rows (to test a stated pos that disagrees)."""
+    c = m.cfg
+    kv = [(np.zeros((pos, c.n_heads, c.d_head)), np.zeros((pos, c.n_heads, c.d_head))) for _ in range(c.n_attn)]
+    return kv, [np.zeros((c.d_model, c.d_state)) for _ in range(c.n_ssm)]
+
+
+def test_documented_edge_cases(model):
+    assert reusable_prefix(10, []) == 0                  # no saved state: recompute everything
+    assert reusable_prefix(10, {4: None, 12: None}) == 4  # the keys of a {position: states} dict
+    _, c, _ = model.prefill(np.arange(5))
+    logits, c2, snaps = model.prefill(np.array([], int), cache=c)   # an empty prefill returns the cache unchanged
+    assert logits.shape == (0, 64) and c2.pos == 5 and snaps == {}
+    assert all(np.array_equal(a, b) for a, b in zip(c.ssm, c2.ssm))

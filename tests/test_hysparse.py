@@ -84,9 +84,47 @@ def test_bad_configs(kw, msg):
         HySparseConfig(**kw)
 
 
-def test_bad_tokens():
-    with pytest.raises(ValueError, match="tokens"):
-        HySparse(HySparseConfig()).forward(np.zeros((2, 2), int))
+P3 = np.full((3, 4, 8), 1 / 8)                       # (T, Hq, S) uniform FA probabilities
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: HySparse(HySparseConfig()).forward(np.zeros((2, 2), int)), "tokens"),
+    (lambda: HySparse(HySparseConfig()).forward(np.array([1, 64])), "tokens"),
+    (lambda: HySparse({"vocab": 64}), "HySparseConfig"),
+    (lambda: HySparse(HySparseConfig(), weights={"embed": np.zeros((64, 32))}), "weights"),
+    (lambda: HySparse(HySparseConfig(), weights={**HySparse.init_weights(HySparseConfig()),
+                                                  "embed": np.zeros((64, 31))}), "shape"),
+    (lambda: select_blocks(np.ones((2, 1, 4)), np.array([5, 15]), block_size=0, n_blocks=2), "block_size"),
+    (lambda: select_blocks(np.ones((2, 1, 4)), np.array([5, 15]), block_size=4, n_blocks=0), "n_blocks"),
+    (lambda: select_blocks(np.ones((2, 1, 4)), np.array([5, 16]), block_size=4, n_blocks=2), "q_pos"),
+    (lambda: select_blocks(np.ones((2, 1, 4)), np.array([5, -1]), block_size=4, n_blocks=2), "q_pos"),
+    (lambda: select_blocks(np.ones((2, 1, 4)), np.array([5.0, 6.0]), block_size=4, n_blocks=2), "q_pos"),
+    (lambda: select_blocks(np.ones((2, 1, 4)), np.array([5]), block_size=4, n_blocks=2), "q_pos"),
+    (lambda: select_blocks(np.full((2, 1, 4), np.nan), np.array([5, 6]), block_size=4, n_blocks=2), "scores"),
+    (lambda: block_scores(P3, 0), "block_size"),
+    (lambda: block_scores(P3, 4, n_kv_heads=3), "multiple"),
+    (lambda: block_scores(P3 * np.nan, 4), "probs must be finite"),
+    (lambda: block_scores(-P3, 4), "probs must be >= 0"),
+    (lambda: block_scores(P3[0], 4), "3-D"),
+    (lambda: blocks_to_tokens(np.array([[[0, 0]]]), 4, np.array([5])), "twice"),
+    (lambda: blocks_to_tokens(np.array([[[0, -2]]]), 4, np.array([5])), "block_idx"),
+    (lambda: blocks_to_tokens(np.array([[[0, 1]]]), 0, np.array([5])), "block_size"),
+    (lambda: blocks_to_tokens(np.array([[[0, 1]]]), 4, np.array([5, 6])), "q_pos"),
+    (lambda: gated_fusion(np.ones(3), np.full(3, np.nan), 0.0, 0.0), "o_local"),
+    (lambda: gated_fusion(np.ones(3), np.ones(4), 0.0, 0.0), "one shape"),
+    (lambda: gated_fusion(np.ones(3), np.ones(3), np.zeros(2), 0.0), "g_sparse"),
+    (lambda: gated_fusion(np.ones(3), np.ones(3), 0.0, np.inf), "g_local"),
+    (lambda: drifting_attention_stack(L=8, n_layers=2, drift=np.nan), "drift"),
+    (lambda: drifting_attention_stack(L=8, n_layers=2, drift=2.0), "drift"),
+    (lambda: drifting_attention_stack(L=8, n_layers=2, temperature=0.0), "temperature"),
+    (lambda: drifting_attention_stack(L=0, n_layers=2), "L"),
+    (lambda: topk_overlap_by_distance(np.ones(8), 2), "2-D"),
+    (lambda: topk_overlap_by_distance(np.full((2, 8), np.nan), 2), "finite"),
+    (lambda: topk_overlap_by_distance(np.ones((2, 8)), 9), "k must be <="),
+])
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_kept_mass_details():

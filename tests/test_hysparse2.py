@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.models.hysparse2 import (HySparse2, HySparse2Cache, HySparse2Config, fa_decode_topk, forced_window_select,
-                                  replay_errors, replay_tail, self_decoder_weight_names)
+from hybrid_lab.models.hysparse2 import (HySparse2, HySparse2Cache, HySparse2Config, replay_errors, replay_tail,
+                                         self_decoder_weight_names)
+from hybrid_lab.ops.fa_decode import fa_decode_topk, forced_window_select
 from hybrid_lab.core.blocks import masked_attention
 from hybrid_lab.ops.sparse_attention import sparse_attention
 
@@ -147,6 +148,37 @@ def test_forced_window_select_semantics():
     assert list(idx[2:]) == [4, 0, 2]                               # top-3 of s <= 4 by score (9, 5, 4)
     idx = forced_window_select(scores, np.array([1]), 3, 2)[0, 0]
     assert list(idx) == [-1, 0, 1, -1, -1]                           # short context: padding, no duplicates
+
+
+@pytest.mark.parametrize("q_pos, msg", [
+    (np.array([2, 7]), r"q_pos entries must lie in \[0, 7\)"),       # q_pos >= S used to return positions >= S
+    (np.array([2.0, 3.0]), "q_pos must be an integer array"),          # a float used to be truncated
+    (np.array([-1, 3]), r"q_pos entries must lie in \[0, 7\)"),      # negative used to give all -1
+    (np.array([3]), r"q_pos must be an integer array of shape \(T=2,\)"),
+])
+def test_forced_window_select_bad_q_pos(q_pos, msg):
+    scores = np.random.default_rng(5).random((2, 1, 7))
+    with pytest.raises(ValueError, match=msg):
+        forced_window_select(scores, q_pos, 2, 3)
+    with pytest.raises(ValueError, match="scores must be finite"):
+        forced_window_select(np.full((2, 1, 7), np.nan), np.array([3, 4]), 2, 3)
+
+
+def test_the_model_runs_the_selection_the_notebook_teaches():
+    """One forced-window rule: prefill's recorded selections are forced_window_select of its recorded FA scores,
+    and decode (fa_decode_topk + the same forced window) picks the same set as a full prefill at that position."""
+    cfg = HySparse2Config(**SMALL, window=3, topk=4)
+    m = HySparse2(cfg)
+    seq = toks(20, 4)
+    det = {}
+    m.prefill(seq, early_exit=False, details=det)
+    pos = np.arange(20)
+    for score, idx in zip(det["scores"], det["idx"]):
+        np.testing.assert_array_equal(idx, forced_window_select(score, pos, cfg.window, cfg.topk))
+    _, cache = m.prefill(seq[:-1])
+    logits_dec, _ = m.decode_step(int(seq[-1]), cache)
+    full, _ = m.prefill(seq, early_exit=False)
+    assert np.abs(logits_dec - full[-1]).max() < 1e-10
 
 
 def test_fa_decode_topk_twin():

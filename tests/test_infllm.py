@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.models.infllm import (block_overlap, block_sparse_attention, blocks_from_compressed, compress_keys,
-                               compressed_visible, group_scores, infllm_v2_select, n_blocks, pool_to_blocks,
-                               select_blocks)
+from hybrid_lab.models.infllm import (block_overlap, blocks_from_compressed, compress_keys, compressed_visible,
+                                      group_scores, infllm_v2_select, pool_to_blocks, select_blocks)
+from hybrid_lab.ops.block_sparse import block_sparse_attention
+from hybrid_lab.ops.contracts import n_blocks
 
 
 def _loop_compress(k, window, stride):
@@ -40,9 +41,9 @@ def test_compress_keys_default_grid_and_values():
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="window must be >= stride"):
         compress_keys(np.zeros((1, 64, 1, 4)), window=8, stride=16)
-    with pytest.raises(ValueError, match="GQA"):
+    with pytest.raises(ValueError, match="multiple"):
         group_scores(np.zeros((1, 4, 3, 8)), np.zeros((1, 2, 2, 8)))
-    with pytest.raises(ValueError, match="GQA"):
+    with pytest.raises(ValueError, match="multiple"):
         block_sparse_attention(np.zeros((1, 2, 3, 4)), np.zeros((1, 8, 2, 4)), np.zeros((1, 8, 2, 4)),
                                np.zeros((1, 2, 2, 1), np.int64), block_size=4)
     with pytest.raises(ValueError, match="larger than the candidate blocks"):
@@ -50,6 +51,34 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="repeat"):
         block_sparse_attention(np.zeros((1, 1, 2, 4)), np.zeros((1, 8, 2, 4)), np.zeros((1, 8, 2, 4)),
                                np.array([[[[0, 0], [1, -1]]]]), block_size=4)
+
+
+def test_zero_block_size_and_nan_are_refused():
+    """block_size=0 used to return garbage (select_blocks) or raise ZeroDivisionError (infllm_v2_select); NaN used to
+    pass through compress_keys, group_scores and block_sparse_attention."""
+    rng = np.random.default_rng(7)
+    q, k = rng.normal(size=(1, 2, 4, 8)), rng.normal(size=(1, 200, 2, 8))
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
+        select_blocks(np.zeros((1, 2, 2, 4)), np.array([100, 199]), topk=1, block_size=0)
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
+        infllm_v2_select(q, k, topk=1, block_size=0)
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
+        blocks_from_compressed(np.zeros((1, 2, 2, 11)), 200, np.array([100, 199]), topk=1, block_size=0)
+    k_nan = k.copy()
+    k_nan[0, 17, 1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"k must be finite, got NaN or inf at index \(0, 17, 1, 3\)"):
+        compress_keys(k_nan)
+    kc = compress_keys(k)
+    kc_inf = kc.copy()
+    kc_inf[0, 3, 0, 0] = np.inf
+    with pytest.raises(ValueError, match="kc must be finite"):
+        group_scores(q, kc_inf)
+    with pytest.raises(ValueError, match="q must be finite"):
+        group_scores(np.full_like(q, np.nan), kc)
+    with pytest.raises(ValueError, match="k must be finite"):
+        block_sparse_attention(q, k_nan, k, np.zeros((1, 2, 2, 1), np.int64))
+    with pytest.raises(ValueError, match="block_scores must be finite"):
+        select_blocks(np.full((1, 2, 2, 4), np.nan), np.array([100, 199]), topk=1)
 
 
 def test_block_overlap_is_the_5_wide_kernel():

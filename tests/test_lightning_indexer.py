@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.models.lightning_indexer import (LightningIndexer, attention_target, dense_kl_loss, lightning_indexer,
-                                          sparse_kl_loss, topk_recall, train_indexer)
+from hybrid_lab.models.lightning_indexer import (LightningIndexer, attention_target, dense_kl_loss, sparse_kl_loss,
+                                                 topk_recall, train_indexer)
+from hybrid_lab.ops.lightning_indexer import lightning_indexer
 from hybrid_lab.ops.sparse_attention import topk_indices
 from hybrid_lab.models.tiny_llm import concentrated_attention
 

@@ -1,17 +1,27 @@
-"""Marconi's eviction score and α tuning by bootstrap replay."""
+"""Marconi's eviction score (Marconi §4.2), α tuning by bootstrap replay, simulate(), and the notebook's plots: each
+plot test checks the data drawn."""
+import math
+
+import ipywidgets
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from hybrid_lab.costs.shape7b import L7B
-from hybrid_lab.serving.marconi import eviction_scores, flop_efficiency, normalize, run_marconi_auto, tune_alpha
-from hybrid_lab.serving.radix_cache import RadixCache, simulate
+from hybrid_lab.serving.eviction import eviction_scores, flop_efficiency, node_scores, normalize
+from hybrid_lab.serving.marconi import DEFAULT_ALPHAS, run_marconi_auto, simulate, tune_alpha
+from hybrid_lab.serving.radix_cache import POLICIES, RadixCache
 from hybrid_lab.serving.workloads import chat_trace
+from hybrid_lab.widgets.marconi import (explorer, hit_rate_bars, plot_breakdown, plot_capacity_sweep,
+                                        plot_efficiency, plot_reuse, policy_hit_rates, sweep_capacity)
 
 
+# ---------------------------------------------------------------------------------------------------- the score
 def test_normalize_and_efficiency():
     assert np.allclose(normalize([2.0, 4.0, 3.0]), [0.0, 1.0, 0.5])
     assert np.allclose(normalize([5.0, 5.0]), [0.0, 0.0])
-    assert np.allclose(flop_efficiency([10.0, 6.0, 1.0], [2.0, 3.0, 0.0]), [5.0, 2.0, 0.0])
+    assert normalize(np.zeros(0)).shape == (0,)
+    assert np.allclose(flop_efficiency([10.0, 6.0, 1.0], [2.0, 3.0, 0.0]), [5.0, 2.0, 0.0])   # 0 bytes: 0
 
 
 def test_scores_alpha_zero_is_recency():
@@ -22,27 +32,26 @@ def test_scores_alpha_zero_is_recency():
 
 
 def test_scores_reward_flop_efficiency():
-    """Exercise 4: A (500 tokens) and B (8,000 tokens) used at the same time: B saves more FLOPs per byte, so
-    any α > 0 evicts A first."""
+    """Lecture 10 exercise 4: A (500 tokens) and B (8,000 tokens) used at the same time: B saves more FLOPs per byte,
+    so any α > 0 evicts A first."""
     L = np.array([500, 8000])
     saved = L7B.prefill_flops(L)
     nbytes = L7B.entry_bytes(L)
     s = eviction_scores([7.0, 7.0], saved, nbytes, 0.5)
     assert s[0] < s[1] and np.allclose(s, [0.0, 0.5])
-    # recency can outweigh efficiency when α is small
-    s = eviction_scores([1.0, 0.0], saved, nbytes, 0.5)
+    s = eviction_scores([1.0, 0.0], saved, nbytes, 0.5)   # recency can outweigh efficiency when α is small
     assert np.argmin(s) == 1
 
 
-def test_score_errors():
-    with pytest.raises(ValueError, match="alpha"):
-        eviction_scores([1.0], [1.0], [1.0], -0.5)
-    with pytest.raises(ValueError, match="same shape"):
-        eviction_scores([1.0, 2.0], [1.0], [1.0], 0.5)
-    with pytest.raises(ValueError, match="nbytes"):
-        flop_efficiency([1.0], [-1.0])
+def test_unchecked_scores_equal_checked():
+    rng = np.random.default_rng(3)
+    t, fl, nb = rng.integers(0, 50, 8).astype(float), rng.uniform(1e12, 1e14, 8), rng.uniform(1e7, 1e9, 8)
+    nb[2] = 0.0
+    for a in (0.0, 0.5, 2.0):
+        assert np.array_equal(node_scores(t, fl, nb, a), eviction_scores(t, fl, nb, a))
 
 
+# ---------------------------------------------------------------------------------------------------- α by replay
 def test_tune_alpha_serial_equals_parallel_and_picks_best():
     tr = chat_trace(120, "sharegpt", seed=2)
     cache = RadixCache(2e9)
@@ -53,10 +62,8 @@ def test_tune_alpha_serial_equals_parallel_and_picks_best():
     b2, s2 = tune_alpha(cache, tr[60:], alphas, processes=2)
     assert s1 == s2 and b1 == b2
     assert s1[b1] == max(s1.values())
-    # the snapshot itself is untouched by the replays
-    assert cache.stats["requests"] == 60
-    # replay = running the window with that α from the snapshot
-    ref = cache.clone()
+    assert cache.stats["requests"] == 60                   # the snapshot itself is untouched by the replays
+    ref = cache.clone()                                    # replay = the window served with that α from the snapshot
     ref.alpha = 2.0
     hit = sum(ref.serve(r) for r in tr[60:])
     assert s1[2.0] == pytest.approx(hit / sum(r.n_input for r in tr[60:]))
@@ -71,37 +78,160 @@ def test_run_marconi_auto_tunes_after_first_eviction():
     assert set(res.alpha_scores) == {0.0, 0.5, 1.0}
     assert res.alpha == max(sorted(res.alpha_scores), key=lambda a: (round(res.alpha_scores[a], 12), -a))
     assert 0 < res.token_hit_rate < 1
-    # before tuning Marconi is LRU: the first `stop` requests hit exactly like SGLang+
-    lru = simulate(tr, "sglang+", 2e9)
+    lru = simulate(tr, "sglang+", 2e9)                     # before tuning Marconi is LRU: same hits as SGLang+
     assert np.array_equal(res.hit[:stop], lru.hit[:stop])
-    with pytest.raises(ValueError, match="bootstrap"):
-        run_marconi_auto(tr, 2e9, bootstrap=0)
-    with pytest.raises(ValueError, match="alphas"):
-        tune_alpha(RadixCache(1e9), tr[:3], alphas=[-1.0])
 
 
-def test_widget_helpers():
-    import matplotlib.figure
+def test_simulate_dispatches_by_policy_and_alpha():
+    tr = chat_trace(60, "lmsys", seed=7)
+    auto = simulate(tr, "marconi", 3e8, alphas=(0.0, 1.0), processes=1)
+    assert np.array_equal(auto.hit, run_marconi_auto(tr, 3e8, alphas=(0.0, 1.0), processes=1).hit)
+    fixed = simulate(tr, "marconi", 3e8, alpha=1.0)
+    assert fixed.alpha == 1.0 and fixed.policy == "marconi"
+    assert np.array_equal(fixed.hit, RadixCache(3e8, alpha=1.0).serve_trace(tr).hit)
+    assert simulate(tr, "sglang+", 3e8, alpha="auto").alpha == 0.0     # "auto" tunes Marconi only
 
-    from hybrid_lab.widgets.marconi import (explorer, hit_rate_bars, plot_breakdown, plot_capacity_sweep,
-                                            plot_efficiency, plot_reuse, policy_hit_rates, sweep_capacity)
 
-    tr = chat_trace(80, "lmsys", seed=0)
-    rates = policy_hit_rates(tr, 1e9, alpha=0.5)
-    assert set(rates) == {"vllm+", "sglang+", "marconi"}
+BAD_INPUT = [
+    (lambda: eviction_scores([1.0], [1.0], [1.0], -0.5), "alpha"),
+    (lambda: eviction_scores([1.0], [1.0], [1.0], math.nan), "alpha"),
+    (lambda: eviction_scores([1.0], [1.0], [1.0], "0.5"), "alpha"),
+    (lambda: eviction_scores([1.0, 2.0], [1.0], [1.0], 0.5), "same shape"),
+    (lambda: eviction_scores([math.nan], [1.0], [1.0], 0.5), "last_access"),
+    (lambda: eviction_scores([1.0], [math.inf], [1.0], 0.5), "saved_flops"),
+    (lambda: eviction_scores([[1.0]], [[1.0]], [[1.0]], 0.5), "last_access must be 1-D"),
+    (lambda: flop_efficiency([1.0], [-1.0]), "nbytes"),
+    (lambda: flop_efficiency([-1.0], [1.0]), "saved_flops"),
+    (lambda: flop_efficiency([1.0, 2.0], [1.0]), "same shape"),
+    (lambda: flop_efficiency(["a"], [1.0]), "saved_flops"),
+    (lambda: normalize([1.0, math.nan]), "x must be finite"),
+    (lambda: tune_alpha("cache", chat_trace(3)), "snapshot"),
+    (lambda: tune_alpha(RadixCache(1e9), chat_trace(3), alphas=[-1.0]), r"alphas\[0\]"),
+    (lambda: tune_alpha(RadixCache(1e9), chat_trace(3), alphas=[]), "alphas"),
+    (lambda: tune_alpha(RadixCache(1e9), chat_trace(3), alphas=0.5), "alphas"),
+    (lambda: tune_alpha(RadixCache(1e9), chat_trace(3), processes=0), "processes"),
+    (lambda: tune_alpha(RadixCache(1e9), []), "window"),
+    (lambda: tune_alpha(RadixCache(1e9), [1, 2]), r"window\[0\]"),
+    (lambda: run_marconi_auto(chat_trace(3), 2e9, bootstrap=0), "bootstrap"),
+    (lambda: run_marconi_auto(chat_trace(3), 2e9, bootstrap=math.inf), "bootstrap"),
+    (lambda: run_marconi_auto(chat_trace(3), 2e9, alphas=[math.nan]), "alphas"),      # checked before any eviction
+    (lambda: run_marconi_auto(chat_trace(3), 2e9, processes=1.5), "processes"),
+    (lambda: run_marconi_auto(chat_trace(3), -2e9), "capacity"),
+    (lambda: simulate(chat_trace(2), "marconi", 1e9, alpha="best"), "alpha"),
+    (lambda: simulate(chat_trace(2), "sglang+", 1e9, alpha="best"), "alpha"),
+    (lambda: simulate(chat_trace(2), "lfu", 1e9), "policy"),
+    (lambda: simulate(chat_trace(2), "vllm+", math.nan), "capacity"),
+    (lambda: simulate(chat_trace(2), "vllm+", 1e9, block=0), "block"),
+    (lambda: simulate(chat_trace(2), "marconi", 1e9, block=2.5), "block"),           # checked for every policy
+    (lambda: simulate([], "marconi", 1e9), "at least one request"),
+    # widgets
+    (lambda: policy_hit_rates(chat_trace(3), 1e9, alpha=-1), "alpha"),
+    (lambda: policy_hit_rates(chat_trace(3), 1e9, alpha=math.nan), "alpha"),
+    (lambda: policy_hit_rates(chat_trace(3), 1e9, policies=["lru"]), "policies"),
+    (lambda: hit_rate_bars({}), "rates"),
+    (lambda: hit_rate_bars({"marconi": 1.5}), "rates"),
+    (lambda: hit_rate_bars({"marconi": math.nan}), "rates"),
+    (lambda: sweep_capacity(chat_trace(3), [], show_progress=False), "capacities"),
+    (lambda: sweep_capacity(chat_trace(3), [-1.0], show_progress=False), "capacities"),
+    (lambda: plot_capacity_sweep([1e9, 2e9], {"marconi": [0.5]}), "one rate per capacity"),
+    (lambda: plot_capacity_sweep([1e9, math.inf], {"marconi": [0.5, 0.6]}), "capacities"),
+    (lambda: plot_capacity_sweep([-1e9, 2e9], {"marconi": [0.5, 0.6]}), "capacities"),
+    (lambda: plot_capacity_sweep([1e9, 2e9], {"marconi": [0.5, math.nan]}), "rates"),
+    (lambda: plot_capacity_sweep([1e9, 2e9], {"marconi": [0.5, 1.2]}), "rates"),
+    (lambda: plot_efficiency([10, 100], {"a": [1.0, math.inf]}), "table"),
+    (lambda: plot_efficiency([10, 100], {"a": [1.0, -2.0]}), "table"),
+    (lambda: plot_efficiency([0, 10], {"a": [1.0, 2.0]}), "lengths"),
+    (lambda: plot_efficiency([10, 100], {"a": [1.0]}), "table"),
+    (lambda: plot_reuse(0.5, 1.2), "state_frac"),
+    (lambda: plot_reuse(math.nan, 0.1), "kv_frac"),
+    (lambda: plot_reuse(0.5, 0.1, reported=(0.2,)), "reported"),
+    (lambda: plot_breakdown({}), "results"),
+    (lambda: plot_breakdown({"marconi": 0.5}), "SimResult"),
+    (lambda: explorer({}), "traces"),
+]
+
+
+@pytest.mark.parametrize("call, match", BAD_INPUT, ids=[m for _, m in BAD_INPUT])
+def test_bad_input_raises_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+    plt.close("all")
+
+
+# ---------------------------------------------------------------------------------------------------- plots
+@pytest.fixture(scope="module")
+def chat():
+    return chat_trace(80, "lmsys", seed=0)
+
+
+def test_policy_hit_rates_and_bars(chat):
+    rates = policy_hit_rates(chat, 1e9, alpha=0.5)
+    assert list(rates) == list(POLICIES)
     assert rates["sglang+"] > rates["vllm+"] > 0 and rates["marconi"] > 0
-    assert isinstance(hit_rate_bars(rates), matplotlib.figure.Figure)
-    sw = sweep_capacity(tr, [0.5e9, 2e9], show_progress=False)
-    assert np.all(np.diff(sw["sglang+"]) >= 0) and sw["sglang+"][-1] > 0
-    assert isinstance(plot_capacity_sweep([0.5e9, 2e9], sw), matplotlib.figure.Figure)
-    assert isinstance(plot_efficiency([10, 100], {"a": np.array([1.0, 2.0])}), matplotlib.figure.Figure)
-    assert isinstance(plot_reuse(0.5, 0.01), matplotlib.figure.Figure)
-    assert isinstance(plot_breakdown({"sglang+": simulate(tr, "sglang+", 1e9)}, edges=(500,)), matplotlib.figure.Figure)
-    w = explorer({"chat": tr}, capacities_gb=(1, 2), alphas=(0.0, 0.5))
-    import ipywidgets
+    assert rates["marconi"] == simulate(chat, "marconi", 1e9, alpha=0.5).token_hit_rate
+    fig = hit_rate_bars(rates)
+    ax = fig.axes[0]
+    assert [b.get_height() for b in ax.patches] == list(rates.values())          # bar heights are the rates
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(rates)
+    assert [t.get_text() for t in ax.texts] == [f"{v:.1%}" for v in rates.values()]
+    plt.close(fig)
 
-    assert isinstance(w, ipywidgets.Widget)
-    with pytest.raises(ValueError, match="alpha"):
-        policy_hit_rates(tr, 1e9, alpha=-1)
-    with pytest.raises(ValueError, match="empty"):
-        hit_rate_bars({})
+
+def test_capacity_sweep_lines_are_the_sweep(chat):
+    caps = [0.5e9, 2e9]
+    sw = sweep_capacity(chat, caps, show_progress=False)
+    assert np.all(np.diff(sw["sglang+"]) >= 0) and sw["sglang+"][-1] > 0
+    assert sw["vllm+"][1] == simulate(chat, "vllm+", 2e9).token_hit_rate
+    fig = plot_capacity_sweep(caps, sw)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].lines}
+    assert list(lines) == list(POLICIES)
+    for p in POLICIES:
+        np.testing.assert_array_equal(lines[p].get_xdata(), [0.5, 2.0])          # GB
+        np.testing.assert_array_equal(lines[p].get_ydata(), sw[p])
+    plt.close(fig)
+
+
+def test_plot_efficiency_lines_are_the_table():
+    lengths = np.array([10, 100, 1000])
+    table = {"a": np.array([1.0, 2.0, 3.0]), "b": np.array([0.5, 0.5, 0.4])}
+    fig = plot_efficiency(lengths, table)
+    ax = fig.axes[0]
+    assert [ln.get_label() for ln in ax.lines] == ["a", "b"] and ax.get_xscale() == "log"
+    for ln, v in zip(ax.lines, table.values()):
+        np.testing.assert_array_equal(ln.get_xdata(), lengths)
+        np.testing.assert_array_equal(ln.get_ydata(), v)
+    plt.close(fig)
+
+
+def test_plot_reuse_bars_are_measured_and_reported():
+    fig = plot_reuse(0.5, 0.01, reported=(0.25, 0.004))
+    heights = [b.get_height() for b in fig.axes[0].patches]
+    assert heights == [0.5, 0.01, 0.25, 0.004]
+    plt.close(fig)
+
+
+def test_plot_breakdown_bars_are_the_buckets(chat):
+    results = {p: simulate(chat, p, 1e9, alpha=0.5) for p in ("sglang+", "marconi")}
+    fig = plot_breakdown(results, edges=(500,))
+    heights = [b.get_height() for b in fig.axes[0].patches]
+    expect = [rate for p in results for _, _, _, rate in results[p].breakdown((500,))]
+    assert heights == expect and len(expect) == 4
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["< 500", ">= 500"]
+    plt.close(fig)
+    fig = plot_breakdown(results, edges=())                                      # one bucket: every request
+    assert [b.get_height() for b in fig.axes[0].patches] == [r.token_hit_rate for r in results.values()]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["all lengths"]
+    plt.close(fig)
+
+
+def test_explorer_wires_the_controls(chat):
+    w = explorer({"chat": chat, "chat2": chat}, capacities_gb=(1, 2), alphas=(0.0, 0.5))
+    assert isinstance(w, ipywidgets.interactive)
+    controls = {c.description: c for c in w.children if hasattr(c, "options")}
+    assert list(controls["workload"].options) == ["chat", "chat2"]
+    assert list(controls["capacity_gb"].options) == [1, 2] and list(controls["alpha"].options) == [0.0, 0.5]
+    plt.close("all")
+
+
+def test_default_alphas_start_at_lru():
+    assert DEFAULT_ALPHAS[0] == 0.0 and list(DEFAULT_ALPHAS) == sorted(DEFAULT_ALPHAS)

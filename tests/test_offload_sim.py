@@ -1,16 +1,12 @@
-import matplotlib
+"""The SparDA offload simulator: layer times, the paper's directions, block residency, bad input."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from hybrid_lab.serving.offload_sim import (A100, H100, MINICPM_8B, Hardware, LayerTimes, batch_sweep, cta_sweep,  # noqa: E402
-                                    heuristic_ctas, layer_times, layer_timeline, max_batch, new_blocks,
-                                    overlapped_layer_time, replay_trace, serial_layer_time, step_time,
-                                    synthetic_trace, throughput, with_)
-from hybrid_lab.widgets import sparda as sw  # noqa: E402
+from hybrid_lab.serving.offload_sim import (A100, H100, MINICPM_8B, Hardware, LayerTimes, ModelSpec, batch_sweep,
+                                            cta_sweep, gpu_bytes, heuristic_ctas, layer_times, layer_timeline,
+                                            max_batch, new_blocks, overlapped_layer_time, replay_trace,
+                                            serial_layer_time, step_time, synthetic_trace, throughput, with_)
 
 M = MINICPM_8B
 CTX = 131072
@@ -93,37 +89,71 @@ def test_presets_capacity_and_forecast_size():
     assert throughput(faster_link, M, 64, CTX, "Sparse") > throughput(H100, M, 64, CTX, "Sparse")
 
 
-def test_bad_inputs():
-    with pytest.raises(ValueError, match="ctas"):
-        layer_times(H100, M, 8, CTX, ctas=132)
-    with pytest.raises(ValueError, match="batch"):
-        layer_times(H100, M, 0, CTX)
-    with pytest.raises(ValueError, match="method"):
-        step_time(H100, M, 8, CTX, "Dense")
-    with pytest.raises(ValueError, match="pcie_bw"):
-        Hardware("x", hbm_bw=1e12, pcie_bw=0, flops=1e12, n_sms=10, hbm_bytes=1e9)
-    with pytest.raises(ValueError, match="churn"):
-        layer_times(H100, M, 8, CTX, churn=1.5)
+T0 = LayerTimes(1e-5, 5e-6, 2e-5, 1e-5, 3e-5, 4e-5, 1e-5, 3)
 
 
-def test_timeline_and_plots_return_figures():
+@pytest.mark.parametrize("call, match", [
+    (lambda: layer_times(H100, M, 8, CTX, ctas=132), "ctas"),
+    (lambda: layer_times(H100, M, 8, CTX, ctas=16.0), "ctas"),
+    (lambda: layer_times(H100, M, 0, CTX), "batch"),
+    (lambda: layer_times(H100, M, 8, 2.5), "context"),
+    (lambda: layer_times(H100, M, 8, CTX, churn=1.5), "churn"),
+    (lambda: layer_times(H100, M, 8, CTX, churn=np.nan), "churn"),
+    (lambda: layer_times("H100", M, 8, CTX), "hw"),
+    (lambda: layer_times(H100, {"n_layers": 32}, 8, CTX), "ModelSpec"),
+    (lambda: step_time(H100, M, 8, CTX, "Dense"), "method"),
+    (lambda: step_time(H100, M, 8, CTX, "SparDA", overlapped_fn=3), "overlapped_fn"),
+    (lambda: step_time(H100, M, 8, CTX, "SparDA", overlapped_fn=lambda t: float("nan")), "overlapped_fn"),
+    (lambda: throughput(H100, M, -1, CTX, "SparDA"), "batch"),
+    (lambda: gpu_bytes(M, 8, 0, "SparDA"), "context"),
+    (lambda: max_batch(H100, M, CTX, "Sparse+"), "method"),
+    (lambda: heuristic_ctas(H100, 0), "batch"),
+    (lambda: Hardware("x", hbm_bw=1e12, pcie_bw=0, flops=1e12, n_sms=10, hbm_bytes=1e9), "pcie_bw"),
+    (lambda: Hardware("x", hbm_bw=1e12, pcie_bw=1e9, flops=1e12, n_sms=1, hbm_bytes=1e9), "n_sms"),
+    (lambda: with_(H100, efficiency=np.nan), "efficiency"),
+    (lambda: with_(H100, efficiency=1.5), "efficiency"),
+    (lambda: with_(H100, launch_s=-1e-6), "launch_s"),
+    (lambda: with_(H100, pcie_gbps=25), "not a Hardware field"),
+    (lambda: ModelSpec(n_kv_heads=3), "multiple"),
+    (lambda: ModelSpec(block=0), "block"),
+    (lambda: ModelSpec(churn=-0.1), "churn"),
+    (lambda: ModelSpec(window=8, stride=16), "stride"),
+    (lambda: LayerTimes(np.nan, 0, 0, 0, 0, 0, 0, 0), "sel"),
+    (lambda: LayerTimes(0, 0, -1e-6, 0, 0, 0, 0, 0), "transfer"),
+    (lambda: serial_layer_time((1e-5, 5e-6)), "LayerTimes"),
+    (lambda: overlapped_layer_time(None), "LayerTimes"),
+    (lambda: batch_sweep(H100, M, CTX, batches=(4, 8.5)), "batches"),
+    (lambda: batch_sweep(H100, M, CTX, batches=()), "non-empty"),
+    (lambda: batch_sweep(H100, M, CTX, methods=("SparDA", "Dense")), "method"),
+    (lambda: cta_sweep(H100, M, CTX, ctas=(8, 0)), "ctas"),
+    (lambda: cta_sweep(H100, M, CTX, ctas=(8, 200)), "ctas"),
+    (lambda: new_blocks([1.5], [1]), "selected"),
+    (lambda: new_blocks([1], [-2]), "resident"),
+    (lambda: replay_trace([np.array([1, 2]), np.array([0.5])]), "trace\\[1\\]"),
+    (lambda: replay_trace(5), "trace"),
+    (lambda: replay_trace([np.array([1])], always_resident=[-1]), "always_resident"),
+    (lambda: synthetic_trace(10, 11, 3, 0.1), "topk"),
+    (lambda: synthetic_trace(10, 8, 3, 0.5), "unselected"),         # 4 new blocks per step, only 2 unselected
+    (lambda: synthetic_trace(10, 4, 0, 0.5), "steps"),
+    (lambda: synthetic_trace(10, 4, 3, 2.0), "churn"),
+    (lambda: layer_timeline(H100, M, 16, CTX, n_layers=0), "n_layers"),
+])
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_synthetic_trace_keeps_topk_blocks():
+    """The check above exists because a too-small pool used to shrink the selection below topk silently."""
+    tr = synthetic_trace(10, 5, 4, 1.0, seed=3)
+    assert all(len(np.unique(t)) == 5 for t in tr)
+    assert all(not set(a) & set(b) for a, b in zip(tr, tr[1:]))     # churn 1: every block replaced
+
+
+def test_layer_timeline_totals():
     segs, tot = layer_timeline(H100, M, 16, CTX, 16, n_layers=2)
     serial_end = max(e for lane, s, e, _ in segs if lane == "serial: GPU")
     assert serial_end == pytest.approx(tot["serial"])
     t = layer_times(H100, M, 16, CTX, 16)
+    assert tot["serial"] == pytest.approx(2 * serial_layer_time(t))
     assert tot["overlapped"] == pytest.approx(2 * overlapped_layer_time(t))
-    fig, s = sw.explore_offload(batch=16, ctas=16, pcie_gbps=55, context=CTX)
-    assert isinstance(fig, plt.Figure) and s["overlapped_us"] < s["serial_us"]
-    assert s["tok_s"]["SparDA"] > s["tok_s"]["Sparse"] > 0 and s["tok_s"]["Sparse†"] == 0.0
-    assert "overlapped" in sw.format_summary(s)
-    plt.close(fig)
-    sweep = batch_sweep(H100, M, CTX, batches=(4, 8))
-    for f in (sw.plot_batch_sweep((4, 8), sweep, {"Sparse": [167.8, 279.5]}),
-              sw.plot_training({"fine": [1.0, 0.5]}),
-              sw.plot_recall({"a": {"recall": [0.5, 0.6], "error": [0.1, 0.2]}}),
-              sw.plot_teachers(np.ones(10), np.arange(10.0), needles=[40], spans=[(16, 48)]),
-              sw.plot_selection(np.arange(10.0), np.arange(4.0), [0, 2, 3], 200)):
-        assert isinstance(f, plt.Figure)
-        plt.close(f)
-    widget = sw.offload_explorer()
-    assert len(widget.children) >= 5

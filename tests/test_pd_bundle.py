@@ -139,3 +139,34 @@ def test_property_any_chunking_roundtrips_exactly(L, chunk):
     back = PDBundle.from_arrays(b.header, b.to_arrays(), CFG, DIGEST)
     for x, y in zip(back.cross_k + [back.self_fa_v, back.boundary], b.cross_k + [b.self_fa_v, b.boundary]):
         np.testing.assert_array_equal(x, y)
+
+
+def test_to_cache_refuses_another_config():
+    _, b = _bundle()
+    other = HySparse2Config(**{**CFG.__dict__, "seed": 5})
+    with pytest.raises(BundleError, match="made for config"):
+        b.to_cache(other)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: make_header(CFG, DIGEST, 0, 4), "prompt_len"),
+    (lambda: make_header(CFG, DIGEST, 4.0, 4), "prompt_len"),
+    (lambda: make_header(CFG, DIGEST, 4, 4, request=-1), "request"),
+    (lambda: make_header(CFG, 123, 4, 4), "weights_digest"),
+    (lambda: make_header({"d_model": 16}, DIGEST, 4, 4), "HySparse2Config"),
+    (lambda: verify_header(make_header(CFG, DIGEST, 4, 4), CFG, DIGEST, max_len=2.5), "max_len"),
+    (lambda: wire_plan({**make_header(CFG, DIGEST, 4, 4), "prompt_len": -5}), "prompt_len"),
+    (lambda: wire_plan({k: v for k, v in make_header(CFG, DIGEST, 4, 4).items() if k != "n_kv"}), "n_kv"),
+    (lambda: encode_header("header"), "dict"),
+    (lambda: encode_header({**make_header(CFG, DIGEST, 4, 4), "chunk_size": 1.5}), "chunk_size"),
+    (lambda: payload_digest(5), "arrays"),
+    (lambda: bundle_bytes(CFG, 0), "prompt_len"),
+    (lambda: bundle_bytes(CFG, 10, itemsize=0), "itemsize"),
+    (lambda: source_hidden_bytes(CFG, 2.5), "prompt_len"),
+    (lambda: p_weight_names("cfg"), "HySparse2Config"),
+    (lambda: weights_hash([1, 2]), "weights"),
+    (lambda: PDBundle.from_cache("cache", CFG, DIGEST), "HySparse2Cache"),
+])
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,14 +1,12 @@
-"""The P/D timing DAG: critical path, bounds, chunking, plots and widget."""
+"""The P/D timing DAG: critical path, bounds, chunking, the summary, the event log (plots: test_widgets.py)."""
 from dataclasses import replace
 
-import matplotlib.figure
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hybrid_lab.serving.pd_timeline import (RESOURCES, PDTiming, TaskDAG, build_pd_dag, critical_path, paper_bytes,
-                                    pd_overlap, plot_events, plot_timeline, schedule, timeline_summary,
-                                    timeline_widget)
+from hybrid_lab.serving.pd_timeline import (PDTiming, TaskDAG, build_pd_dag, critical_path, events, paper_bytes,
+                                            path_text, pd_overlap, schedule, timeline_summary)
 
 
 def test_critical_path_diamond():
@@ -90,27 +88,50 @@ def test_property_critical_path_between_max_and_sum(L, chunk, bw, n, gap):
 
 
 @pytest.mark.parametrize("field,value", [("prompt_len", 0), ("chunk", 1.5), ("bandwidth_gbs", 0.0),
-                                         ("decode_ms", -1.0), ("n_requests", True)])
+                                         ("bandwidth_gbs", np.inf), ("decode_ms", -1.0), ("first_ms", np.nan),
+                                         ("n_requests", True), ("fixed_bytes", "0")])
 def test_timing_validation(field, value):
     with pytest.raises(ValueError, match=field):
         PDTiming(**{field: value})
 
 
-def test_plots_summary_widget():
-    fig = plot_timeline(PDTiming(n_requests=2))
-    assert isinstance(fig, matplotlib.figure.Figure)
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list(RESOURCES)
-    assert len(fig.axes[0].patches) == len(build_pd_dag(PDTiming(n_requests=2)).tasks)
+def test_summary_and_path_text():
     text = timeline_summary(PDTiming())
     assert "critical path" in text and "r0.build0..7" in text and " ms" not in text
-    w = timeline_widget()
-    assert len(w.children) >= 5
-    ev = {"P": {"events": [(0, "prefill chunk 0", 1.0, 1.1)]}, "D": {"events": [(0, "receive", 1.05, 1.2)]}}
-    assert isinstance(plot_events(ev), matplotlib.figure.Figure)
-    with pytest.raises(ValueError, match="no events"):
-        plot_events({"P": {}, "D": {}})
-    import matplotlib.pyplot as plt
-    plt.close("all")
+    s = schedule(PDTiming())
+    assert text.endswith(path_text(s["path"]))
+    assert f"critical path {s['makespan']:.1f}" in text
+    assert path_text(["r0.build0", "r0.build1", "r0.send0", "r1.first"]) == "r0.build0..1 -> r0.send0 -> r1.first"
+    assert path_text([]) == ""
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: TaskDAG().add("a", np.nan), "duration"),
+    (lambda: TaskDAG().add("a", "1.0"), "duration"),
+    (lambda: TaskDAG().add("a", 1.0, release=-1.0), "release"),
+    (lambda: TaskDAG().add("", 1.0), "name"),
+    (lambda: TaskDAG().add("a", 1.0, resource=3), "resource"),
+    (lambda: TaskDAG().add("a", 1.0, after="b"), "after"),
+    (lambda: critical_path({"a": 1.0}, {}, ["a", "b"]), "order"),
+    (lambda: critical_path({"a": 1.0, "b": 1.0}, {}, ["a"]), "order"),
+    (lambda: critical_path({"a": 1.0}, {}, ["a", "a"]), "order"),
+    (lambda: critical_path({"a": np.inf}, {}, ["a"]), "durations"),
+    (lambda: critical_path({"a": 1.0}, {}, ["a"], release={"a": np.nan}), "release"),
+    (lambda: paper_bytes(d_model_bytes=0), "d_model_bytes"),
+    (lambda: paper_bytes(design="HySparse2"), "design"),
+    (lambda: build_pd_dag({"prompt_len": 8}), "PDTiming"),
+    (lambda: schedule(None), "PDTiming"),
+    (lambda: path_text("r0.build0"), "path"),
+    (lambda: path_text([1, 2]), "path"),
+    (lambda: events({"P": {"events": [(0, "x", 0.0)]}}, "P"), "events"),
+    (lambda: events({"P": {"events": [(-1, "x", 0.0, 1.0)]}}, "P"), "request"),
+    (lambda: events({"P": {"events": [(0, "x", 2.0, 1.0)]}}, "P"), "ends before"),
+    (lambda: events({"P": {}}, "Q"), "role"),
+    (lambda: pd_overlap([1, 2]), "reports"),
+])
+def test_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_pd_overlap_from_events():

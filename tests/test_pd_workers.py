@@ -51,15 +51,52 @@ def test_d_refuses_bundle_from_another_model():
     assert d.installed == {}
 
 
-def test_run_pd_validates_arguments():
-    with pytest.raises(ValueError, match="backend"):
-        run_pd(PROMPTS, 3, CFG, backend="mpi")
-    with pytest.raises(ValueError, match="prompts\\[0\\]"):
-        run_pd([np.array([CFG.vocab])], 3, CFG)
-    with pytest.raises(ValueError, match="faults"):
-        run_pd(PROMPTS, 3, CFG, faults={0: "explode"})
-    with pytest.raises(ValueError, match="n_new"):
-        run_pd(PROMPTS, 0, CFG)
+@pytest.mark.parametrize("kw, match", [
+    (dict(backend="mpi"), "backend"),
+    (dict(prompts=[np.array([CFG.vocab])]), "prompts\\[0\\]"),
+    (dict(prompts=[np.array([1.0, 2.0])]), "prompts\\[0\\]"),
+    (dict(prompts=[]), "prompts"),
+    (dict(faults={0: "explode"}), "faults"),
+    (dict(faults={0: "die_after_chunk"}), "chunk index"),                 # the chunk index is required
+    (dict(faults={0: "tamper_dtype:1"}), "faults"),
+    (dict(faults={9: "tamper_dtype"}), "request index"),
+    (dict(n_new=0), "n_new"),
+    (dict(n_new=2.0), "n_new"),
+    (dict(chunk_size=0), "chunk_size"),
+    (dict(timeout_s=np.nan), "timeout_s"),
+    (dict(max_len=0), "max_len"),
+    (dict(cfg={"vocab": 64}), "cfg"),
+])
+def test_run_pd_validates_arguments(kw, match):
+    args = {**dict(prompts=PROMPTS, n_new=3, cfg=CFG), **kw}
+    with pytest.raises(ValueError, match=match):
+        run_pd(**args)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda p, d: list(p.prefill_chunks(PROMPTS[0], 0)), "chunk_size"),
+    (lambda p, d: list(p.prefill_chunks(np.array([CFG.vocab]), 4)), "tokens"),
+    (lambda p, d: d.first(5), "installed"),
+    (lambda p, d: d.generate(5, 3), "installed"),
+    (lambda p, d: d.install("bundle"), "PDBundle"),
+    (lambda p, d: DWorker(CFG, FULL, max_len=0), "max_len"),
+    (lambda p, d: PWorker(CFG, [1, 2]), "weights"),
+    (lambda p, d: reference_tokens(CFG, PROMPTS, 0), "n_new"),
+    (lambda p, d: reference_tokens("cfg", PROMPTS, 2), "cfg"),
+])
+def test_worker_bad_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(PWorker(CFG, FULL), DWorker(CFG, FULL))
+
+
+def test_d_worker_decode_checks_token_and_count():
+    p, d = PWorker(CFG, FULL), DWorker(CFG, FULL)
+    d.install(p.bundle(PROMPTS[0], chunk_size=4, request=0))
+    with pytest.raises(ValueError, match="token"):
+        d.decode(0, CFG.vocab, 2)
+    with pytest.raises(ValueError, match="n must be"):
+        d.decode(0, 1, -1)
+    assert d.decode(0, 1, 0) == [] and d.installed[0].pos == len(PROMPTS[0])     # n = 0: nothing decoded
 
 
 def _wire_bytes(header_req, L, chunk):

@@ -13,4 +13,5 @@ def test_progress_can_be_disabled(monkeypatch):
     monkeypatch.setenv("HYBRID_LAB_PROGRESS", "0")
     bar = progress(range(3))
     assert bar.disable and list(bar) == [0, 1, 2]
-    bar.update(1)  # a no-op, but callable
+    bar.update(1)  # callable, and a no-op on a disabled bar
+    assert bar.n == 0

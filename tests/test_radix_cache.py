@@ -1,17 +1,27 @@
-"""Radix cache + policies: property tests on random traces (hypothesis) and exercise 3's admission decisions."""
+"""Radix cache + policies: property tests on random traces (hypothesis), exercise 3's admission decisions, the real
+model checked against recomputation, the node store, and bad input."""
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_lab.costs.shape7b import HybridLayout
-from hybrid_lab.serving.radix_cache import POLICIES, BlockCache, ByteModel, RadixCache, RealModel, make_cache, simulate
+from hybrid_lab.costs.shape7b import L7B, HybridLayout
+from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
+from hybrid_lab.serving.eviction import eviction_scores
+from hybrid_lab.serving.marconi import simulate
+from hybrid_lab.serving.node_store import ROOT, NodeStore
+from hybrid_lab.serving.radix_cache import POLICIES, BlockCache, RadixCache, SimResult, make_cache
+from hybrid_lab.serving.state_models import ByteModel, RealModel, mini_hybrid_layout
 from hybrid_lab.serving.workloads import Request, chat_trace, exercise3_trace
 
 # tiny layout: 8 B of KV per token, 48 B per state, so small capacities create contention
 TINY = HybridLayout(n_attn=1, n_ssm=3, n_mlp=4, d_model=4, n_heads=2, d_state=4, dtype_bytes=1, mlp_hidden=16,
                     expand=1, ssm_head_dim=4)
 PURE_ATTN = TINY.with_(n_attn=4, n_ssm=0)
+MINI = MiniHybrid(HybridConfig(dtype="float64", seed=0))
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -19,7 +29,10 @@ def traces(draw, vocab=4, max_requests=14):
     """Random multi-session traces over a tiny vocabulary: follow-ups, shared prefixes and fresh requests."""
     n = draw(st.integers(1, max_requests))
     seqs, turns, out = {}, {}, []
-    tok = lambda lo, hi: np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=lo, max_size=hi)), np.int32)
+
+    def tok(lo, hi):
+        return np.array(draw(st.lists(st.integers(0, vocab - 1), min_size=lo, max_size=hi)), np.int32)
+
     for _ in range(n):
         kind = draw(st.sampled_from(["new", "follow", "share"])) if seqs else "new"
         if kind == "follow":
@@ -31,10 +44,10 @@ def traces(draw, vocab=4, max_requests=14):
             base = seqs[draw(st.sampled_from(sorted(seqs)))] if kind == "share" else np.zeros(0, np.int32)
             cut = draw(st.integers(0, len(base)))
             inp = np.concatenate([base[:cut], tok(1, 10)])
-        outp = tok(0, 5)
-        out.append(Request(s, turns[s], inp.astype(np.int32), outp))
+        r = Request(s, turns[s], inp, tok(0, 5))
+        out.append(r)
         turns[s] += 1
-        seqs[s] = np.concatenate([inp, outp]).astype(np.int32)
+        seqs[s] = r.tokens
     return out
 
 
@@ -48,9 +61,10 @@ def longest_state_prefix(cache, tokens):
 
 
 def lcp_with_tree(cache, tokens):
+    """Reference for pure attention: the longest common prefix of ``tokens`` with any cached sequence."""
     best = 0
-    for i in np.flatnonzero(cache.alive[: cache._n]):
-        if i and cache.nchild[i] == 0:
+    for i in cache.nodes.live():
+        if cache.nodes.n_children[i] == 0:
             p = cache.node_prefix(i)
             k = min(len(p), len(tokens))
             neq = np.flatnonzero(p[:k] != tokens[:k])
@@ -58,35 +72,26 @@ def lcp_with_tree(cache, tokens):
     return best
 
 
-SETTINGS = dict(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@settings(**SETTINGS)
+@settings(max_examples=150, **SETTINGS)
 @given(trace=traces(), policy=st.sampled_from(POLICIES), cap_states=st.integers(0, 12),
        alpha=st.sampled_from([0.0, 0.3, 2.0]), block=st.sampled_from([2, 4]))
 def test_properties_byte_model(trace, policy, cap_states, alpha, block):
-    model = ByteModel(TINY)
-    cap = cap_states * 64
-    cache = make_cache(policy, cap, model, alpha=alpha, block=block)
+    cache = make_cache(policy, cap_states * 64, ByteModel(TINY), alpha=alpha, block=block)
     cache.eviction_log = []
     for r in trace:
-        full = np.concatenate([r.input_ids, r.output_ids])
         expect = longest_state_prefix(cache, r.input_ids)
         if policy == "vllm+":
             expect = min(expect, r.n_input // block * block)
-        assert cache.match(r.input_ids) >= 0
-        hit = cache.serve(r)
-        assert hit == expect                                   # longest cached prefix that ends at a state
-        assert 0 <= hit <= r.n_input
-        cache.check_invariants()                               # bytes <= capacity, tokens == Σ edges, structure
-        assert len(full) >= hit
+        assert cache.match(r.input_ids) == expect                # match() predicts serve() without side effects
+        assert cache.serve(r) == expect                          # longest cached prefix that ends at a state
+        cache.check_invariants()                                 # bytes <= capacity, tokens == Σ edges, structure
     for e in cache.eviction_log:
-        assert e["nchild"] <= 1                                # a branch node is never evicted
+        assert e["nchild"] <= 1                                  # a branch node is never evicted
         if cache.alpha == 0 and "min_t" in e:
-            assert e["t"] == e["min_t"]                        # α = 0 evicts exactly in LRU order
+            assert e["t"] == e["min_t"]                          # α = 0 evicts exactly in LRU order
 
 
-@settings(**SETTINGS)
+@settings(max_examples=150, **SETTINGS)
 @given(trace=traces(), cap_tokens=st.integers(0, 60))
 def test_pure_attention_hits_any_matched_prefix(trace, cap_tokens):
     cache = RadixCache(cap_tokens * PURE_ATTN.kv_bytes_per_token, ByteModel(PURE_ATTN))
@@ -107,15 +112,15 @@ def test_lru_order_matches_reference():
 
 
 def test_exercise3_admission():
-    """The lecture's answer: r1 misses; r2 misses but checkpoints S+D; r3 hits S+D; r4 hits r1's input+output."""
+    """Lecture 10 §4.2: r1 misses; r2 misses but checkpoints S+D (speculative insertion); r3 hits S+D (3rd
+    occurrence); r4 hits r1's input + output."""
     tr = exercise3_trace(len_s=40, len_d=200, len_q=20, len_a=30, len_f=15)
     cache = make_cache("marconi", 1e15)
     cache.keep_log = True
     hits = [cache.serve(r) for r in tr]
     assert hits == [0, 0, 240, 290]
     assert [x.checkpoint for x in cache.log] == [None, 240, None, None]
-    assert [x.states_added for x in cache.log] == [[290], [240, 290], [290], [335]]
-    assert all(len(x.states_added) <= 2 for x in cache.log)   # <= 2 states per sequence
+    assert [x.states_added for x in cache.log] == [[290], [240, 290], [290], [335]]   # <= 2 states per sequence
 
 
 def test_selective_admission_beats_vllm_plus_on_chat():
@@ -132,14 +137,57 @@ def test_pure_attention_policies_nearly_equal():
     assert max(rates) - min(rates) < 0.05 and min(rates) > 0.3
 
 
-def test_real_model_every_hit_equals_recomputation():
-    from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
+def test_default_score_is_eviction_scores():
+    """The cache's unchecked default score gives exactly the decisions of the checked public eviction_scores."""
+    tr = chat_trace(80, "sharegpt", seed=6)
+    a = RadixCache(1e9, alpha=0.5).serve_trace(tr)
+    b = RadixCache(1e9, alpha=0.5, score_fn=eviction_scores).serve_trace(tr)
+    assert a.stats["evictions"] > 0 and np.array_equal(a.hit, b.hit) and a.stats == b.stats
 
-    model = MiniHybrid(HybridConfig(dtype="float64", seed=0))
+
+def test_clone_is_independent():
+    tr = chat_trace(40, "lmsys", seed=2)
+    cache = RadixCache(5e8, alpha=0.5)
+    for r in tr[:20]:
+        cache.serve(r)
+    copy = cache.clone()
+    before = (cache.n_nodes, cache.bytes_held, dict(cache.stats))
+    for r in tr[20:]:
+        copy.serve(r)
+    assert (cache.n_nodes, cache.bytes_held, cache.stats) == before
+    ref = cache.clone()
+    assert [ref.serve(r) for r in tr[20:]] == [cache.serve(r) for r in tr[20:]]   # same state, same decisions
+    blocks = BlockCache(5e8)
+    blocks.serve(tr[0])
+    bc = blocks.clone()
+    bc.serve(tr[1])
+    assert blocks.stats["requests"] == 1 and bc.stats["requests"] == 2
+
+
+def test_sim_result_breakdown_and_fractions():
+    n_in, hit = np.array([100, 8000, 9000]), np.array([50, 4000, 0])
+    res = SimResult("marconi", 1e9, 0.5, n_in, hit, L7B.prefill_flops(n_in), L7B.prefill_flops(hit),
+                    dict(kv_tokens_reused=3, kv_tokens_inserted=12, states_reused=1, states_inserted=4))
+    assert res.token_hit_rate == pytest.approx(4050 / 17100)
+    assert res.breakdown((7000,)) == [(0, 7000, 1, 0.5), (7000, np.inf, 2, pytest.approx(4000 / 17000))]
+    assert res.kv_reuse_frac == 0.25 and res.state_reuse_frac == 0.25
+    assert 0 < res.flops_saved_frac < res.token_hit_rate      # long prompts cost more FLOPs per token
+
+
+# ---------------------------------------------------------------------------------------------------- real model
+def test_mini_hybrid_layout_matches_the_real_arrays():
+    rm = RealModel(MINI)
+    _, cache, _ = MINI.prefill(np.arange(10) % MINI.cfg.vocab)
+    assert rm.kv_bytes_per_token * 10 == cache.kv_bytes()
+    assert rm.state_bytes == cache.ssm_bytes()
+    assert rm.layout == mini_hybrid_layout(MINI.cfg) and rm.atol == 1e-9
+
+
+def test_real_model_every_hit_equals_recomputation():
     tr = exercise3_trace(len_s=8, len_d=24, len_q=5, len_a=6, len_f=4)
     tr += [Request(10 + i, 0, r.input_ids, r.output_ids) for i, r in enumerate(tr[:2])]
     for policy in POLICIES:
-        rm = RealModel(model)
+        rm = RealModel(MINI)
         cap = 60 * rm.kv_bytes_per_token + 4 * rm.state_bytes
         real = make_cache(policy, cap, rm, alpha=0.5, block=8)
         byte = make_cache(policy, cap, ByteModel(rm.layout), alpha=0.5, block=8)
@@ -149,48 +197,106 @@ def test_real_model_every_hit_equals_recomputation():
         real.check_invariants()
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, **SETTINGS)
 @given(trace=traces(vocab=3, max_requests=6), policy=st.sampled_from(POLICIES), cap_states=st.integers(1, 6))
 def test_real_model_property(trace, policy, cap_states):
-    from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
-
-    rm = RealModel(_MODEL.setdefault("m", MiniHybrid(HybridConfig(dtype="float64"))))
+    rm = RealModel(MINI)
     cache = make_cache(policy, cap_states * (rm.state_bytes + 4 * rm.kv_bytes_per_token), rm, alpha=0.3, block=2)
     hits = [cache.serve(r) for r in trace]
     assert rm.verified_hits == sum(h > 0 for h in hits)
     cache.check_invariants()
 
 
-_MODEL = {}
-
-
 def test_real_model_detects_a_wrong_state():
-    from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
-
-    rm = RealModel(MiniHybrid(HybridConfig(dtype="float64")))
-    cache = make_cache("sglang+", 1e9, rm)
+    cache = make_cache("sglang+", 1e9, RealModel(MINI))
     tr = exercise3_trace(len_s=8, len_d=24, len_q=5, len_a=6, len_f=4)
     cache.serve(tr[0])
-    leaf = [i for i in np.flatnonzero(cache.alive[: cache._n]) if i and cache.has_state[i]][0]
-    cache.st[leaf] = [h + 1.0 for h in cache.st[leaf]]         # corrupt the saved state
+    (leaf,) = [i for i in cache.nodes.live() if cache.nodes.has_state[i]]
+    cache.nodes.state[leaf] = [h + 1.0 for h in cache.nodes.state[leaf]]   # corrupt the saved state
     with pytest.raises(RuntimeError, match="does not match recomputation"):
         cache.serve(tr[3])
 
 
-def test_bad_inputs():
-    with pytest.raises(ValueError, match="capacity"):
-        make_cache("marconi", -1.0)
-    with pytest.raises(ValueError, match="alpha"):
-        make_cache("marconi", 1e9, alpha=-0.1)
-    with pytest.raises(ValueError, match="alpha"):
-        RadixCache(1e9, alpha=-1)
-    with pytest.raises(ValueError, match="policy"):
-        make_cache("lru", 1e9)
-    with pytest.raises(ValueError, match="block"):
-        BlockCache(1e9, block=0)
-    with pytest.raises(ValueError, match="empty input"):
-        simulate([Request(0, 0, np.zeros(0, np.int32), np.zeros(1, np.int32))], "marconi", 1e9)
-    with pytest.raises(ValueError, match="unknown session"):
-        simulate([Request(5, 2, np.ones(3, np.int32), np.zeros(1, np.int32))], "sglang+", 1e9)
-    with pytest.raises(ValueError, match="alpha"):
-        simulate(chat_trace(2), "marconi", 1e9, alpha="best")
+# ---------------------------------------------------------------------------------------------------- node store
+def test_node_store_recycles_rows_last_freed_first():
+    s = NodeStore(rows=2)
+    ids = [s.new() for _ in range(5)]                        # grows past 2 rows
+    assert ids == [1, 2, 3, 4, 5] and s.rows >= 6 and s.count() == 5
+    s.end[3], s.has_state[3] = 7, True
+    s.free(3)
+    s.free(1)
+    assert s.count() == 3 and s.live().tolist() == [2, 4, 5]
+    assert s.new() == 1 and s.new() == 3
+    assert s.end[3] == 0 and not s.has_state[3]              # a recycled row starts from the defaults
+    many = s.new_many(3)
+    assert many.tolist() == [6, 7, 8] and s.alive[many].all()
+    s.free_many(np.array([6, 8]))
+    assert s.new_many(2).tolist() == [8, 6]
+
+
+def test_node_store_copy_is_independent():
+    s = NodeStore()
+    i = s.new()
+    s.children[ROOT] = {5: i}
+    c = s.copy()
+    c.children[ROOT][6] = c.new()
+    c.edge_len[i] = 9
+    assert s.children[ROOT] == {5: i} and s.edge_len[i] == 0 and s.count() == 1 and c.count() == 2
+
+
+# ---------------------------------------------------------------------------------------------------- bad input
+def _score_nan(t, saved, nbytes, alpha):
+    return np.full(len(t), np.nan)
+
+
+def _score_short(t, saved, nbytes, alpha):
+    return np.zeros(len(t) + 1)
+
+
+BAD_INPUT = [
+    (lambda: make_cache("marconi", -1.0), "capacity"),
+    (lambda: make_cache("marconi", math.nan), "capacity"),
+    (lambda: make_cache("vllm+", math.inf), "capacity"),
+    (lambda: make_cache("sglang+", "5e9"), "capacity"),
+    (lambda: make_cache("marconi", 1e9, alpha=-0.1), "alpha"),
+    (lambda: make_cache("marconi", 1e9, alpha=math.nan), "alpha"),
+    (lambda: make_cache("lru", 1e9), "policy"),
+    (lambda: make_cache("marconi", 1e9, model=L7B), "model"),
+    (lambda: RadixCache(1e9, alpha=-1), "alpha"),
+    (lambda: RadixCache(1e9, alpha=math.inf), "alpha"),
+    (lambda: RadixCache(1e9, score_fn="lru"), "score_fn"),
+    (lambda: RadixCache(1e9, policy="vllm+"), "policy"),
+    (lambda: BlockCache(1e9, block=0), "block"),
+    (lambda: BlockCache(1e9, block=4097), "block"),
+    (lambda: BlockCache(1e9, block=2.0), "block"),
+    (lambda: make_cache("marconi", 1e9, block=-4), "block"),                     # checked for every policy
+    (lambda: ByteModel("7B"), "layout"),
+    (lambda: RealModel(L7B), "model"),
+    (lambda: RealModel(MINI, verify="yes"), "verify"),
+    (lambda: RealModel(MINI, atol=0.0), "atol"),
+    (lambda: RealModel(MINI, atol=math.nan), "atol"),
+    (lambda: mini_hybrid_layout(L7B), "cfg"),
+    (lambda: RadixCache(1e9).serve("abc"), "req"),
+    (lambda: BlockCache(1e9).serve(np.ones(3, np.int32)), "req"),
+    (lambda: RadixCache(1e9).match([1.5, 2.0]), "tokens"),
+    (lambda: BlockCache(1e9).match([[1, 2]]), "tokens"),
+    (lambda: RadixCache(1e9).match([-1]), "tokens"),
+    (lambda: RadixCache(1e9).node_prefix(0), "node"),
+    (lambda: RadixCache(1e9).node_prefix(5), "node"),
+    (lambda: RadixCache(1e9).serve_trace([]), "at least one request"),
+    (lambda: RadixCache(1e9).serve_trace(chat_trace(2), progress_desc=3), "progress_desc"),
+    (lambda: RadixCache(2e8, alpha=0.5, score_fn=_score_nan).serve_trace(chat_trace(30)), "finite scores"),
+    (lambda: RadixCache(2e8, alpha=0.5, score_fn=_score_short).serve_trace(chat_trace(30)), "one score per node"),
+    (lambda: SimResult.from_run("cache", chat_trace(2), [0, 0]), "cache"),
+    (lambda: SimResult.from_run(RadixCache(1e9), chat_trace(2)[:2], [0, -1]), "hits"),
+    (lambda: RadixCache(1e9).serve_trace(chat_trace(3)).breakdown((0,)), "edges"),
+    (lambda: RadixCache(1e9).serve_trace(chat_trace(3)).breakdown((900, 500)), "edges"),
+    (lambda: RadixCache(1e9).serve_trace(chat_trace(3)).breakdown((math.nan,)), "edges"),
+    (lambda: NodeStore(rows=0), "rows"),
+]
+
+
+@pytest.mark.parametrize("call, match", BAD_INPUT, ids=[m for _, m in BAD_INPUT])
+def test_bad_input_raises_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

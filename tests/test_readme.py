@@ -1,4 +1,5 @@
-"""The README's two set-up commands are the ones CI runs and the ones the docs promise."""
+"""The README's two set-up commands are the ones CI runs and the ones the docs promise; its Layout section names
+every module of the package."""
 import re
 
 from hybrid_lab.course.pipeline import repo_root
@@ -27,3 +28,18 @@ def test_every_notebook_is_in_the_table():
     text = (ROOT / "README.md").read_text()
     for p in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
         assert f"labs/{p.name}" in text, p.name
+
+
+def test_layout_names_every_module():
+    """README "Layout": a table module -> notebook(s) -> paper section; a module missing from it is invisible."""
+    text = (ROOT / "README.md").read_text()
+    assert "\n## Layout" in text, "README has no Layout section"
+    layout = text.split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = []
+    for p in sorted((ROOT / "hybrid_lab").glob("*/*.py")):
+        if p.name.startswith("_"):
+            continue
+        layer, mod = p.parent.name, p.stem
+        if f"{layer}/{mod}" not in layout and f"{layer}.{mod}" not in layout:
+            missing.append(f"{layer}/{mod}.py")
+    assert not missing, f"modules missing from the README Layout table: {missing}"

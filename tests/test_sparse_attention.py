@@ -75,3 +75,25 @@ def test_softmax_with_sink():
     z = np.array([[0.0, np.log(3.0), -np.inf], [-np.inf, -np.inf, -np.inf]])
     np.testing.assert_allclose(softmax_with_sink(z), [[0.25, 0.75, 0.0], [0, 0, 0]])
     np.testing.assert_allclose(softmax_with_sink(z, np.zeros((2, 1)))[0], [0.2, 0.6, 0.0])
+
+
+def test_empty_index_list_outputs_zeros(rng):
+    """K = 0 (nothing listed) gives 0 like a fully padded row and like the kernel (it used to raise
+    "zero-size array to reduction" here)."""
+    q, k, v = rng.normal(size=(2, 3, 4, 8)), rng.normal(size=(2, 9, 2, 8)), rng.normal(size=(2, 9, 2, 5))
+    o = sparse_attention(q, k, v, np.zeros((2, 3, 2, 0), np.int64), sink=np.zeros(4))
+    assert o.shape == (2, 3, 4, 5) and o.dtype == np.float64 and (o == 0).all()
+
+
+@pytest.mark.parametrize("kw, arg", [
+    (dict(sink=np.array([0.0, np.nan, 1.0, 0.0])), "sink"), (dict(sink=np.full(4, np.inf)), "sink"),
+    (dict(k=np.full((1, 9, 2, 8), np.nan)), "k"), (dict(v=np.full((1, 9, 2, 3), -np.inf)), "v"),
+    (dict(scale=np.nan), "scale"), (dict(scale=-0.5), "scale"),
+])
+def test_nan_and_inf_are_refused(rng, kw, arg):
+    """A NaN sink used to return an unnormalised output; NaN in k, v or scale used to pass through."""
+    args = dict(q=rng.normal(size=(1, 2, 4, 8)), k=rng.normal(size=(1, 9, 2, 8)), v=rng.normal(size=(1, 9, 2, 3)),
+                idx=np.array([[[[0, 4], [2, -1]], [[1, 3], [5, 6]]]]))
+    args.update(kw)
+    with pytest.raises(ValueError, match=rf"\b{arg}\b"):
+        sparse_attention(**args)

@@ -91,10 +91,11 @@ def test_selective_scan_is_the_chunked_scan(rng):
     np.testing.assert_allclose(y1, y2, atol=1e-10)
 
 
-def test_survival_and_sizes():
+def test_survival():
     s = ssm.survival(0.5, -1.0, 5, token=1)
     np.testing.assert_allclose(s, [0, 1, np.exp(-0.5), np.exp(-1.0), np.exp(-1.5)])
-    assert ssm.ssm_state_bytes(32, 16, 3, 4) == 6144
+    s = ssm.survival(np.array([0.0, 0.5, 0.0, 1.0]), -2.0, 4)          # Δ = 0 on a step: that step is skipped
+    np.testing.assert_allclose(s, [1, np.exp(-1.0), np.exp(-1.0), np.exp(-3.0)])
 
 
 @pytest.mark.parametrize("bad, arg", [
@@ -126,11 +127,63 @@ def test_nan_and_negative_inputs(rng):
     x, dt, A, B, C, D = _inputs(rng, L=7)
     A2 = A.copy()
     A2[0, 0] = np.nan
-    with pytest.raises(ValueError, match="A contains NaN"):
+    with pytest.raises(ValueError, match="A must be finite"):
         ssm.ssm_scan(x, dt, A2, B, C, D)
     with pytest.raises(ValueError, match="dt must be >= 0"):
         ssm.ssm_chunked(x, -dt, A, B, C, D)
     with pytest.raises(ValueError, match="length"):
         ssm.survival(0.1, -1.0, -1)
+    with pytest.raises(ValueError, match="dt"):
+        ssm.survival(np.inf, -1.0, 4)
+    with pytest.raises(ValueError, match="A must be <= 0"):
+        ssm.survival(0.1, 0.5, 4)
     with pytest.raises(ValueError, match="d_model"):
         ssm.init_ssm(0, 4)
+    with pytest.raises(ValueError, match="d_state"):
+        ssm.init_ssm(4, 2.0)
+    p = ssm.init_ssm(4, 2)
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., Dm=4\)"):
+        ssm.ssm_inputs(p, np.ones((3, 5)))
+    with pytest.raises(ValueError, match="x must be finite"):
+        ssm.ssm_inputs(p, np.full((3, 4), np.nan))
+
+
+SCANS_1 = {"ssm_scan": ssm.ssm_scan, "ssm_chunked": lambda *a: ssm.ssm_chunked(*a, chunk_size=4),
+           "selective_scan": lambda *a: ssm.selective_scan(*a, chunk_size=4)}
+SCANS_2 = {"ssd_scan": ssm.ssd_scan, "ssd_chunked": lambda *a: ssm.ssd_chunked(*a, chunk_size=4)}
+
+
+@pytest.mark.parametrize("scan", sorted(SCANS_1))
+def test_positive_A_is_refused_by_every_mamba1_scan(rng, scan):
+    """A > 0 used to be clamped by the chunked path (0.36-0.60 off the recurrence) and followed by the kernel."""
+    x, dt, A, B, C, D = _inputs(rng, L=9)
+    A = A.copy()
+    A[2, 1] = 0.5
+    with pytest.raises(ValueError, match=r"A must be <= 0 .* got 0\.5 at index \(2, 1\)"):
+        SCANS_1[scan](x, dt, A, B, C, D)
+    with pytest.raises(ValueError, match=r"A must be <= 0"):
+        ssm.selective_scan_step(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, np.zeros((2, 6, 4)))
+    y, _ = SCANS_1[scan](x, dt, np.zeros_like(A), B, C, D)            # A = 0 (no decay) is allowed
+    assert np.isfinite(y).all()
+
+
+@pytest.mark.parametrize("scan", sorted(SCANS_2))
+def test_positive_A_is_refused_by_every_mamba2_scan(scan):
+    r = np.random.default_rng(3)
+    x, dt, B, C = r.normal(size=(1, 9, 2, 3)), np.abs(r.normal(size=(1, 9, 2))), r.normal(size=(1, 9, 4)), \
+        r.normal(size=(1, 9, 4))
+    with pytest.raises(ValueError, match=r"A must be <= 0"):
+        SCANS_2[scan](x, dt, np.array([-1.0, 0.25]), B, C)
+
+
+@pytest.mark.parametrize("arg", ["x", "dt", "B", "C"])
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+def test_inf_or_nan_at_a_late_step_is_refused(rng, arg, value):
+    """One +inf at step 5 used to turn the chunked outputs of steps 0-4 into NaN (a non-causal leak)."""
+    x, dt, A, B, C, D = _inputs(rng, L=8)
+    kw = dict(x=x, dt=dt, A=A, B=B, C=C, D=D)
+    kw[arg] = kw[arg].copy()
+    kw[arg][0, 5, 0] = value
+    for scan in (ssm.ssm_scan, ssm.ssm_chunked, ssm.selective_scan):
+        with pytest.raises(ValueError, match=rf"{arg} must be finite, got NaN or inf at index \(0, 5, 0\)"):
+            scan(**kw)

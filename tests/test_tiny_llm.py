@@ -30,14 +30,23 @@ def test_tiny_llm_causal():
     assert not np.allclose(l1[-1], l2[-1])
 
 
-def test_tiny_llm_bad_input():
-    model = TinyLLM(TinyLLMConfig(max_len=8))
-    with pytest.raises(ValueError, match="tokens"):
-        model.forward(np.array([0, 300]))
-    with pytest.raises(ValueError, match="max_len"):
-        model.forward(np.zeros(9, int))
-    with pytest.raises(ValueError, match="multiple"):
-        TinyLLMConfig(d_model=10, n_heads=4)
+@pytest.mark.parametrize("call, match", [
+    (lambda: TinyLLM(TinyLLMConfig(max_len=8)).forward(np.array([0, 300])), "tokens"),
+    (lambda: TinyLLM(TinyLLMConfig(max_len=8)).forward(np.array([0.0, 1.0])), "tokens"),
+    (lambda: TinyLLM(TinyLLMConfig(max_len=8)).forward(np.array([], int)), "tokens"),
+    (lambda: TinyLLM(TinyLLMConfig(max_len=8)).forward(np.zeros((2, 2), int)), "tokens"),
+    (lambda: TinyLLM(TinyLLMConfig(max_len=8)).forward(np.zeros(9, int)), "max_len"),
+    (lambda: TinyLLM({"vocab": 8}), "TinyLLMConfig"),
+    (lambda: TinyLLMConfig(d_model=10, n_heads=4), "multiple"),
+    (lambda: TinyLLMConfig(n_layers=0), "n_layers"),
+    (lambda: TinyLLMConfig(vocab=2.5), "vocab"),
+    (lambda: TinyLLMConfig(init_std=np.inf), "init_std"),
+    (lambda: TinyLLMConfig(init_std=0.0), "init_std"),
+    (lambda: TinyLLMConfig(seed=-1), "seed"),
+])
+def test_tiny_llm_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_concentration_controls_mass():
@@ -53,8 +62,16 @@ def test_concentration_controls_mass():
     assert mass[0] < mass[1] < mass[2] and mass[2] > 0.7
 
 
-def test_concentrated_bad_input():
-    with pytest.raises(ValueError, match="concentration"):
-        concentrated_attention(concentration=-1.0)
-    with pytest.raises(ValueError, match="rank"):
-        concentrated_attention(d_model=4, rank=8)
+@pytest.mark.parametrize("kw, match", [
+    (dict(concentration=-1.0), "concentration"),
+    (dict(concentration=np.nan), "concentration"),
+    (dict(noise=np.inf), "noise"),
+    (dict(head_spread="0.3"), "head_spread"),
+    (dict(d_model=4, rank=8), "rank"),
+    (dict(n_keys=0), "n_keys"),
+    (dict(n_queries=2.0), "n_queries"),
+    (dict(seed=-3), "seed"),
+])
+def test_concentrated_bad_input(kw, match):
+    with pytest.raises(ValueError, match=match):
+        concentrated_attention(**kw)

@@ -87,7 +87,7 @@ def masked_attention_probs(q, k, mask, scale, sink=None):
     logits = np.einsum("tgjd,sgd->tgjs", qg, k) * scale              # (T, Hkv, G, S)
     logits = np.where(mask[:, None, None, :], logits, -np.inf)
     s = None if sink is None else np.asarray(sink, dtype=logits.dtype).reshape(1, Hkv, G, 1)
-    return softmax_with_sink(logits, s).reshape(T, Hq, -1)
+    return softmax_with_sink(logits, s).reshape(T, Hq, k.shape[0])   # explicit S: T = 0 must work
 
 
 def masked_attention(q, k, v, mask, scale, sink=None):

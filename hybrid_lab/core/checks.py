@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = [
     "pos_int", "nonneg_int", "int_in", "finite_number", "positive_number", "nonneg_number", "array", "finite_array",
-    "int_array", "prob_rows", "heads", "tokens", "query_positions",
+    "int_array", "prob_rows", "heads", "tokens", "query_positions", "number_in", "index_sets", "qkv",
 ]
 
 
@@ -59,6 +59,14 @@ def nonneg_number(name: str, value) -> float:
     return v
 
 
+def number_in(name: str, value, lo: float, hi: float) -> float:
+    """A finite number in the closed interval [lo, hi] (a fraction, an angle, ...)."""
+    v = finite_number(name, value)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must lie in [{lo:g}, {hi:g}], got {value!r}")
+    return v
+
+
 def array(name: str, a, ndim: int | None = None, shape_doc: str = "", kinds: str = "fiu") -> np.ndarray:
     """A numpy array of the given rank whose dtype kind is in ``kinds`` (f float, i/u integer, b bool)."""
     a = np.asarray(a)
@@ -67,7 +75,8 @@ def array(name: str, a, ndim: int | None = None, shape_doc: str = "", kinds: str
     if a.dtype.kind not in kinds:
         want = {"f": "float", "i": "integer", "u": "integer", "b": "bool"}
         names = "/".join(dict.fromkeys(want[k] for k in kinds if k in want))
-        raise ValueError(f"{name} must be a {names} array, got dtype {a.dtype}")
+        article = "an" if names[0] in "aeiou" else "a"
+        raise ValueError(f"{name} must be {article} {names} array, got dtype {a.dtype}")
     return a
 
 
@@ -117,6 +126,24 @@ def heads(Hq, Hkv, q_name: str = "n_heads_q", kv_name: str = "n_heads_kv") -> in
     return Hq // Hkv
 
 
+def qkv(q, k, v=None):
+    """Batched grouped-query attention operands, finite, no empty axis: q (B, T, Hq, d), k (B, S, Hkv, d) and
+    optionally v (B, S, Hkv, dv), with Hq a multiple of Hkv. Returns (q, k, v) as arrays (v stays None)."""
+    q = finite_array("q", q, 4, "(B, T, Hq, d)")
+    k = finite_array("k", k, 4, "(B, S, Hkv, d)")
+    if 0 in q.shape or 0 in k.shape:
+        raise ValueError(f"q and k must have no empty axis, got q {q.shape} and k {k.shape}")
+    B, T, Hq, d = q.shape
+    if k.shape[0] != B or k.shape[3] != d:
+        raise ValueError(f"k must be (B={B}, S, Hkv, d={d}) to match q {q.shape}, got shape {k.shape}")
+    heads(Hq, k.shape[2], "query heads Hq", "KV heads Hkv")
+    if v is not None:
+        v = finite_array("v", v, 4, "(B, S, Hkv, dv)")
+        if v.shape[:3] != k.shape[:3] or v.shape[3] == 0:
+            raise ValueError(f"v must be (B, S, Hkv, dv) matching k {k.shape[:3]}, got shape {v.shape}")
+    return q, k, v
+
+
 def tokens(name: str, toks, vocab: int) -> np.ndarray:
     """A non-empty 1-D array of token ids in [0, vocab)."""
     toks = np.asarray(toks)
@@ -137,3 +164,17 @@ def query_positions(q_pos, T: int, S: int) -> np.ndarray:
         raise ValueError(f"q_pos must be an integer array of shape (T={T},), got shape {q_pos.shape} "
                          f"dtype {q_pos.dtype}")
     return int_array("q_pos", q_pos, lo=0, hi=S)
+
+
+def index_sets(name: str, idx, n: int, ndim: int | None = None, shape_doc: str = "") -> np.ndarray:
+    """Index sets over ``n`` positions, one per row (last axis): integers in [-1, n), -1 = an empty slot, and no
+    position listed twice in a row (it would be counted twice). Returns int64."""
+    idx = int_array(name, idx, ndim, shape_doc, lo=-1, hi=n)
+    if idx.ndim < 1:
+        raise ValueError(f"{name} must be an array (..., K) of index sets, got a scalar")
+    srt = np.sort(idx, axis=-1)
+    dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+    if dup.any():
+        row = tuple(int(i) for i in np.argwhere(dup)[0])
+        raise ValueError(f"{name} must not list a position twice in one row, got {srt[row]} twice in row {row[:-1]}")
+    return idx

@@ -1,5 +1,6 @@
-"""Why reusing a few selected tokens can work: the two error bounds of seed 000 §9 (an explanatory analysis, not a
-guarantee the paper makes).
+"""Why reusing a few selected tokens can work: two error bounds behind HySparse's and HySparse2's KV reuse (an FA
+layer's selection reused by the following SA layers, HySparse2 §3.3). They are an explanatory analysis of ours, not
+a guarantee the papers make: they cover one head with fixed query and KV, not error propagation across layers.
 
 Single head, fixed query and KV. Full attention o = Σ_s p_s v_s. Keep a set S, drop the rest and renormalize:
 ô = Σ_{s∈S} p_s v_s / (1 - ε) with ε = Σ_{s∉S} p_s the missing mass. If every ||v_s|| <= V:
@@ -20,42 +21,60 @@ from __future__ import annotations
 
 import numpy as np
 
+from hybrid_lab.core import checks
+
 __all__ = ["missing_mass", "renormalized_output", "sparse_error", "tv_distance", "bound_sparse",
            "bound_reuse", "random_instance", "check_bounds", "tight_instance"]
 
 
-def _check_dist(name, p):
-    p = np.asarray(p, dtype=np.float64)
-    if p.ndim < 1:
-        raise ValueError(f"{name} must be an array (..., S) of probabilities, got a scalar")
-    if (p < 0).any() or not np.allclose(p.sum(-1), 1.0, atol=1e-9):
-        raise ValueError(f"{name} must be non-negative and sum to 1 along the last axis "
-                         f"(sums in [{p.sum(-1).min():.6g}, {p.sum(-1).max():.6g}])")
-    return p
+def _dist(name, p) -> np.ndarray:
+    return checks.prob_rows(name, p, atol=1e-9)
 
 
-def _check_mask(keep, p):
-    keep = np.asarray(keep)
-    if keep.dtype != bool or keep.shape != p.shape:
-        raise ValueError(f"keep must be a boolean mask of shape {p.shape}, got dtype {keep.dtype} shape {keep.shape}")
+def _keep(keep, p) -> np.ndarray:
+    """The kept set: a bool mask of p's shape."""
+    keep = checks.array("keep", keep, kinds="b")
+    if keep.shape != p.shape:
+        raise ValueError(f"keep must be a bool mask of shape {p.shape} (p's), got shape {keep.shape}")
     return keep
+
+
+def _values(v, p) -> np.ndarray:
+    """Values v (..., S, dv), finite, one row per position of p."""
+    v = checks.finite_array("v", v).astype(np.float64)
+    if v.shape[:-1] != p.shape or v.shape[-1] == 0:
+        raise ValueError(f"v must have shape {p.shape + ('dv',)} with dv >= 1, got {v.shape}")
+    return v
+
+
+def _in_unit(name, x) -> np.ndarray:
+    """A mass or a distance between distributions: finite numbers in [0, 1]."""
+    x = checks.finite_array(name, x).astype(np.float64)
+    if ((x < 0) | (x > 1)).any():
+        raise ValueError(f"{name} must lie in [0, 1], got range [{x.min():.6g}, {x.max():.6g}]")
+    return x
+
+
+def _norm_bound(V) -> np.ndarray:
+    V = checks.finite_array("V", V).astype(np.float64)
+    if (V < 0).any():
+        raise ValueError(f"V (a bound on ||v_s||) must be >= 0, got min {V.min():.6g}")
+    return V
 
 
 def missing_mass(p, keep) -> np.ndarray:
     """ε = probability mass outside the kept set. p: (..., S) distribution; keep: (..., S) bool. Returns (...)."""
-    p = _check_dist("p", p)
-    keep = _check_mask(keep, p)
+    p = _dist("p", p)
+    keep = _keep(keep, p)
     return np.where(keep, 0.0, p).sum(-1)
 
 
 def renormalized_output(p, v, keep) -> np.ndarray:
     """ô = Σ_{s∈S} p_s v_s / Σ_{s∈S} p_s. p: (..., S); v: (..., S, dv); keep: (..., S) bool with a non-empty
     kept set of positive mass. Returns (..., dv)."""
-    p = _check_dist("p", p)
-    keep = _check_mask(keep, p)
-    v = np.asarray(v, dtype=np.float64)
-    if v.shape[:-1] != p.shape:
-        raise ValueError(f"v must have shape {p.shape + ('dv',)}, got {v.shape}")
+    p = _dist("p", p)
+    keep = _keep(keep, p)
+    v = _values(v, p)
     kept = np.where(keep, p, 0.0)
     mass = kept.sum(-1, keepdims=True)
     if (mass <= 0).any():
@@ -65,34 +84,40 @@ def renormalized_output(p, v, keep) -> np.ndarray:
 
 def sparse_error(p, v, keep) -> np.ndarray:
     """||o - ô||_2 with o the full output of p and ô the renormalized output on the kept set. Returns (...)."""
-    o = np.einsum("...s,...sd->...d", _check_dist("p", p), np.asarray(v, dtype=np.float64))
+    p = _dist("p", p)
+    o = np.einsum("...s,...sd->...d", p, _values(v, p))
     return np.linalg.norm(o - renormalized_output(p, v, keep), axis=-1)
 
 
 def tv_distance(p, q) -> np.ndarray:
     """Total variation ½ Σ_s |p_s - q_s| between two distributions over the same positions. Returns (...)."""
-    p, q = _check_dist("p", p), _check_dist("q", q)
+    p, q = _dist("p", p), _dist("q", q)
     if p.shape != q.shape:
         raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
     return 0.5 * np.abs(p - q).sum(-1)
 
 
 def bound_sparse(eps, V) -> np.ndarray:
-    """Bound 1: 2 ε V."""
-    return 2.0 * np.asarray(eps) * np.asarray(V)
+    """Bound 1: 2 ε V. eps: missing mass in [0, 1]; V >= 0 (numbers or arrays that broadcast)."""
+    return 2.0 * _in_unit("eps", eps) * _norm_bound(V)
 
 
 def bound_reuse(eps, delta, V) -> np.ndarray:
-    """Bound 2: 2 (ε + δ) V, capped at 2V (an output of norm <= V is never further than 2V from another)."""
-    return np.minimum(2.0 * (np.asarray(eps) + np.asarray(delta)) * np.asarray(V), 2.0 * np.asarray(V))
+    """Bound 2: 2 (ε + δ) V, capped at 2V (an output of norm <= V is never further than 2V from another).
+    eps, delta (total variation) in [0, 1]; V >= 0."""
+    eps, delta, V = _in_unit("eps", eps), _in_unit("delta", delta), _norm_bound(V)
+    return np.minimum(2.0 * (eps + delta) * V, 2.0 * V)
 
 
 def random_instance(rng: np.random.Generator, S: int = 64, k: int = 8, dv: int = 4, peak: float = 3.0,
                     drift: float = 0.5):
     """One random reuse instance: source logits -> p, later-layer logits = source + drift * noise -> q,
     values v (S, dv), kept set = top-k of p. ``peak`` scales the logits (higher = more concentrated attention)."""
-    if not (0 < k <= S):
-        raise ValueError(f"k must lie in (0, S={S}], got {k}")
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}")
+    S, dv = checks.pos_int("S", S), checks.pos_int("dv", dv)
+    k = checks.int_in("k", k, 1, S + 1)
+    peak, drift = checks.positive_number("peak", peak), checks.nonneg_number("drift", drift)
     a = peak * rng.standard_normal(S)
     b = a + drift * peak * rng.standard_normal(S)
     p = np.exp(a - a.max()); p /= p.sum()
@@ -109,8 +134,7 @@ def check_bounds(n: int = 1000, seed: int = 0, **kw) -> dict:
     Returns arrays {'eps', 'delta', 'err_sparse', 'bound_sparse', 'err_reuse', 'bound_reuse'} (n,) plus
     'violations_sparse' and 'violations_reuse' (counts, expected 0).
     """
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+    n, seed = checks.pos_int("n", n), checks.nonneg_int("seed", seed)
     rng = np.random.default_rng(seed)
     cols = {c: np.empty(n) for c in ("eps", "delta", "err_sparse", "bound_sparse", "err_reuse", "bound_reuse")}
     for i in range(n):
@@ -133,10 +157,11 @@ def check_bounds(n: int = 1000, seed: int = 0, **kw) -> dict:
 def tight_instance(eps: float, V: float = 1.0, S: int = 8, k: int = 4):
     """An instance that attains bound 1 exactly: kept positions hold value +u, dropped ones -u (||u|| = V), the
     dropped mass is ε. Returns (p (S,), v (S, 2), keep (S,))."""
+    eps = checks.finite_number("eps", eps)
     if not 0 <= eps < 1:
-        raise ValueError(f"eps must lie in [0, 1), got {eps}")
-    if not 0 < k < S:
-        raise ValueError(f"k must lie in (0, S={S}), got {k}")
+        raise ValueError(f"eps must lie in [0, 1), got {eps!r}")
+    V, S = checks.positive_number("V", V), checks.pos_int("S", S, 2)
+    k = checks.int_in("k", k, 1, S)
     p = np.concatenate([np.full(k, (1 - eps) / k), np.full(S - k, eps / (S - k))])
     keep = np.arange(S) < k
     v = np.where(keep[:, None], 1.0, -1.0) * np.array([V, 0.0])

@@ -1,4 +1,6 @@
-"""Roofline cost model of DeepSeek-V3.2's attention: dense MLA vs DSA (lightning indexer + top-k).
+"""Roofline cost model of DeepSeek-V3.2's attention: dense MLA vs DSA (lightning indexer + top-k), after the
+DeepSeek-V3.2 report §2 (DSA, inference costs) and appendix A (MLA in MHA mode for prefill, MQA mode for decode);
+lecture 10 §5.3, exercises 6 and 7.
 
 All formulas are per the attention part only (projections, MLP and MoE are the same for both and left out).
 
@@ -22,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from hybrid_lab.core import checks
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,8 @@ class DSAConfig:
     def __post_init__(self):
         for name in ("n_layers", "latent_bytes", "index_key_bytes", "topk", "mla_heads", "qk_dim", "v_dim",
                      "index_heads", "index_dim"):
-            val = getattr(self, name)
-            if not (isinstance(val, (int, np.integer)) and val > 0):
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
-        if not self.fp8_speedup > 0:
-            raise ValueError(f"fp8_speedup must be > 0, got {self.fp8_speedup}")
+            object.__setattr__(self, name, checks.pos_int(name, getattr(self, name)))
+        object.__setattr__(self, "fp8_speedup", checks.positive_number("fp8_speedup", self.fp8_speedup))
 
     @property
     def mla_flops_per_pair(self) -> int:
@@ -68,16 +69,20 @@ class DSAConfig:
 DEEPSEEK_V32 = DSAConfig()
 
 
-def _lengths(L) -> np.ndarray:
-    L = np.asarray(L)
-    if not np.issubdtype(L.dtype, np.integer) or (L < 1).any():
-        raise ValueError(f"L must be integer context lengths >= 1, got {L!r}")
-    return L.astype(np.float64)
+def _config(cfg) -> DSAConfig:
+    if not isinstance(cfg, DSAConfig):
+        raise ValueError(f"cfg must be a DSAConfig (e.g. DEEPSEEK_V32), got {type(cfg).__name__}")
+    return cfg
+
+
+def _args(L, cfg) -> tuple:
+    """(L as float64, cfg): context lengths are integers >= 1 (a number or an array); cfg a DSAConfig."""
+    return checks.int_array("L", L, lo=1).astype(np.float64), _config(cfg)
 
 
 def decode_bytes(L, cfg: DSAConfig = DEEPSEEK_V32) -> dict:
     """Bytes read per decoded token per layer at context length L (scalar or array): {"dense", "dsa", "speedup"}."""
-    Lf = _lengths(L)
+    Lf, cfg = _args(L, cfg)
     dense = cfg.latent_bytes * Lf
     dsa = cfg.index_key_bytes * Lf + cfg.latent_bytes * np.minimum(Lf, cfg.topk)
     return {"dense": dense, "dsa": dsa, "speedup": dense / dsa}
@@ -85,8 +90,10 @@ def decode_bytes(L, cfg: DSAConfig = DEEPSEEK_V32) -> dict:
 
 def decode_crossover(cfg: DSAConfig = DEEPSEEK_V32) -> float:
     """Context length above which DSA reads fewer bytes than dense: latent·k / (latent - index_key) (2,304)."""
+    cfg = _config(cfg)
     if cfg.latent_bytes <= cfg.index_key_bytes:
-        raise ValueError("index keys as large as the latent: DSA never reads fewer bytes")
+        raise ValueError(f"cfg.index_key_bytes ({cfg.index_key_bytes}) must be < cfg.latent_bytes ({cfg.latent_bytes}):"
+                         f" with index keys as large as the latent DSA never reads fewer bytes")
     return cfg.latent_bytes * cfg.topk / (cfg.latent_bytes - cfg.index_key_bytes)
 
 
@@ -96,7 +103,7 @@ def prefill_flops(L, cfg: DSAConfig = DEEPSEEK_V32) -> dict:
     Returns {"dense", "dsa_main", "indexer", "indexer_fp8" (indexer / fp8_speedup: its BF16-equivalent time),
     "dsa" (main + indexer_fp8), "speedup" (dense / dsa)}.
     """
-    Lf = _lengths(L)
+    Lf, cfg = _args(L, cfg)
     k = float(cfg.topk)
     pairs_dense = Lf * (Lf + 1) / 2
     pairs_topk = np.where(Lf <= k, pairs_dense, k * (k + 1) / 2 + (Lf - k) * k)
@@ -110,9 +117,11 @@ def prefill_flops(L, cfg: DSAConfig = DEEPSEEK_V32) -> dict:
 
 def prefill_speedup_limit(cfg: DSAConfig = DEEPSEEK_V32) -> float:
     """L -> infinity: dense and indexer are both O(L²), so speedup -> mla_flops_per_pair·fp8 / index_flops (10)."""
+    cfg = _config(cfg)
     return cfg.mla_flops_per_pair * cfg.fp8_speedup / cfg.index_flops_per_pair
 
 
 def kv_overhead(cfg: DSAConfig = DEEPSEEK_V32) -> float:
     """Extra KV storage of DSA relative to MLA alone: index_key / latent (+11%)."""
+    cfg = _config(cfg)
     return cfg.index_key_bytes / cfg.latent_bytes

@@ -1,6 +1,7 @@
 """The cache / FLOP ledger of Hybrid SWA, HySparse and HySparse2 at the paper's 80B-A3B configuration.
 
-SYLLABUS §06 (the HySparse2 paper's Table 1) and seed 000 §16. All three designs have 49 layers, hidden 2,048,
+The configurations are the HySparse2 paper's Table 1; the reported KV cache at 1M tokens and the prefill-FLOP ratios
+are its efficiency comparison (HySparse2 Table 1 and Fig. 4). All three designs have 49 layers, hidden 2,048,
 3B active parameters, 64 query heads:
 
 | design     | global (FA) layers | heads Q/KV | head dim QK/V | local                                             |
@@ -25,9 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid_lab.core import checks
+
 __all__ = [
     "AttnDesign", "HYBRID_SWA", "HYSPARSE", "HYSPARSE2", "HYSPARSE2_FULL_PREFILL", "DESIGNS", "REPORTED",
-    "kv_bytes", "kv_gb", "prefill_flops", "decode_work", "kv_attribution", "ledger_table", "GB", "ABLATIONS", "ablation_text",
+    "kv_bytes", "kv_gb", "prefill_flops", "decode_work", "kv_attribution", "ledger_table", "GB", "ABLATIONS",
+    "ablation_text",
 ]
 
 GB = 1e9
@@ -56,12 +60,26 @@ class AttnDesign:
     n_fa_prefill: int | None = None  # FA layers that run on every prompt position (default: all)
 
     def __post_init__(self):
-        for name in ("n_fa", "n_sa", "n_swa", "heads_q", "heads_kv", "d_qk", "d_v", "window", "n_layers"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-        if self.heads_kv == 0 or self.heads_q % self.heads_kv:
-            raise ValueError(f"heads_q={self.heads_q} must be a positive multiple of heads_kv={self.heads_kv}")
+        def set_(f, v):                                   # frozen: store the checked values (plain ints)
+            object.__setattr__(self, f, v)
+
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a string, got {self.name!r}")
+        for f in ("n_fa", "n_sa", "n_swa", "sa_local", "early_exit_layers", "n_bridge"):
+            set_(f, checks.nonneg_int(f, getattr(self, f)))
+        for f in ("heads_q", "heads_kv", "d_qk", "d_v", "window", "sa_tokens", "n_layers", "d_model"):
+            set_(f, checks.pos_int(f, getattr(self, f)))
+        set_("active_params", checks.positive_number("active_params", self.active_params))
+        if not isinstance(self.sa_own_window, (bool, np.bool_)):
+            raise ValueError(f"sa_own_window must be a bool, got {self.sa_own_window!r}")
+        checks.heads(self.heads_q, self.heads_kv, "heads_q", "heads_kv")
+        if self.n_fa + self.n_sa + self.n_swa != self.n_layers:
+            raise ValueError(f"n_fa + n_sa + n_swa must equal n_layers={self.n_layers} (every layer attends one "
+                             f"way), got {self.n_fa} + {self.n_sa} + {self.n_swa}")
+        if self.early_exit_layers > self.n_layers:
+            raise ValueError(f"early_exit_layers must be <= n_layers={self.n_layers}, got {self.early_exit_layers}")
+        if self.n_fa_prefill is not None:
+            set_("n_fa_prefill", checks.int_in("n_fa_prefill", self.n_fa_prefill, 0, self.n_fa + 1))
 
     @property
     def bytes_per_token(self) -> int:
@@ -86,17 +104,17 @@ REPORTED = {
 }
 
 
-def _check_len(L):
-    if not isinstance(L, (int, np.integer)) or isinstance(L, bool) or L < 1:
-        raise ValueError(f"L (context length in tokens) must be a positive integer, got {L!r}")
+def _design(design) -> AttnDesign:
+    if not isinstance(design, AttnDesign):
+        raise ValueError(f"design must be an AttnDesign (e.g. HYSPARSE2), got {type(design).__name__}")
+    return design
 
 
 def kv_bytes(design: AttnDesign, L: int, bytes_per_elem: float = 1.0) -> dict:
-    """KV cache bytes at context length L: {'global', 'local', 'total'} (FP8: bytes_per_elem = 1)."""
-    _check_len(L)
-    if not bytes_per_elem > 0:
-        raise ValueError(f"bytes_per_elem must be > 0, got {bytes_per_elem}")
-    per = design.bytes_per_token * bytes_per_elem
+    """KV cache bytes at context length L (tokens, an integer >= 1): {'global', 'local', 'total'} (FP8:
+    bytes_per_elem = 1)."""
+    design, L = _design(design), checks.pos_int("L", L)
+    per = design.bytes_per_token * checks.positive_number("bytes_per_elem", bytes_per_elem)
     glob = design.n_fa * L * per
     local = _n_windows(design) * min(L, design.window) * per
     return {"global": glob, "local": local, "total": glob + local}
@@ -123,7 +141,7 @@ def prefill_flops(design: AttnDesign, L: int) -> dict:
 
     Returns {'dense', 'attn_global', 'attn_local', 'bridge', 'total'} in FLOPs.
     """
-    _check_len(L)
+    design, L = _design(design), checks.pos_int("L", L)
     pair = 2 * design.heads_q * (design.d_qk + design.d_v)        # FLOPs per (query, key) pair
     per_layer = 2 * design.active_params / design.n_layers        # FLOPs per token per layer (dense part)
     full_rows = design.early_exit_layers or design.n_layers       # layers that process every prompt position
@@ -147,7 +165,7 @@ def decode_work(design: AttnDesign, L: int) -> dict:
 
     HySparse2: 5L + 20 * 1,152 + 24 * 128 entries (grows with L through the 5 FA layers).
     """
-    _check_len(L)
+    design, L = _design(design), checks.pos_int("L", L)
     entries = (design.n_fa * L + design.n_sa * min(L, design.sa_tokens + design.sa_local)
                + _n_windows(design) * min(L, design.window))
     return {"entries": entries, "bytes": entries * design.bytes_per_token}
@@ -177,7 +195,8 @@ def ledger_table(L: int = 2 ** 20) -> list:
              "decode_entries": decode_work(d, L)["entries"]} for d in DESIGNS]
 
 
-# Paper ablations, reported (seed 000 §17; HySparse2 paper §4). Printed as "reported", never recomputed.
+# Paper ablations, reported (HySparse2 §4: selection granularity, local branch, bridging at scale, bridging vs
+# KV mirror). Printed as "reported", never recomputed.
 ABLATIONS = {
     "selection granularity (1,024-token global budget, pretraining)": {
         "columns": ("Block", "Token"),
@@ -200,7 +219,7 @@ ABLATIONS = {
 
 def ablation_text(name: str) -> str:
     """One ablation of :data:`ABLATIONS` as an aligned text table (all numbers reported by the paper)."""
-    if name not in ABLATIONS:
+    if not isinstance(name, str) or name not in ABLATIONS:
         raise ValueError(f"name must be one of {list(ABLATIONS)}, got {name!r}")
     t = ABLATIONS[name]
     lines = [f"reported: {name}", f"{'metric':<26}" + "".join(f"{c:>14}" for c in t["columns"])]

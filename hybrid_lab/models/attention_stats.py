@@ -13,82 +13,80 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.ops.sparse_attention import query_positions, sparse_attention, topk_indices
+from hybrid_lab.core import checks
+from hybrid_lab.core.blocks import masked_attention, masked_attention_probs
+from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 
-def _check_qkv(q, k, v=None):
-    q, k = np.asarray(q), np.asarray(k)
-    if q.ndim != 4 or k.ndim != 4:
-        raise ValueError(f"q must be (B, T, Hq, d) and k (B, S, Hkv, d); got q{q.shape} k{k.shape}")
-    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k must be (B={q.shape[0]}, S, Hkv, d={q.shape[3]}), got {k.shape}")
-    if k.shape[2] == 0 or q.shape[2] % k.shape[2]:
-        raise ValueError(f"query heads Hq={q.shape[2]} must be a multiple of KV heads Hkv={k.shape[2]}")
-    if np.isnan(q).any():
-        raise ValueError("q contains NaN")
-    if np.isnan(k).any():
-        raise ValueError("k contains NaN")
-    if v is not None:
-        v = np.asarray(v)
-        if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
-            raise ValueError(f"v must be (B, S, Hkv, dv) matching k{k.shape[:3]}, got {v.shape}")
-    return q, k, v
+def _causal(q, k, scale, q_pos):
+    """Checked operands plus what the shared masked attention needs: (q, k, visible (T, S), scale)."""
+    q, k, _ = checks.qkv(q, k)
+    T, S = q.shape[1], k.shape[1]
+    pos = checks.query_positions(q_pos, T, S)
+    scale = q.shape[3] ** -0.5 if scale is None else checks.positive_number("scale", scale)
+    return q, k, np.arange(S)[None, :] <= pos[:, None], scale
 
 
 def attention_probs(q, k, scale=None, q_pos=None) -> np.ndarray:
-    """Dense causal attention probabilities.
+    """Dense causal attention probabilities (:func:`hybrid_lab.core.blocks.masked_attention_probs` per sequence).
 
-    q: (B, T, Hq, d), k: (B, S, Hkv, d); scale defaults to d**-0.5; q_pos: (T,) absolute query positions
-    (default S - T + arange(T)); key s is visible to query t iff s <= q_pos[t]. Returns p: (B, T, Hq, S), rows sum to 1.
+    q: (B, T, Hq, d), k: (B, S, Hkv, d), finite; scale > 0 defaults to d**-0.5; q_pos: (T,) absolute query
+    positions in [0, S) (default S - T + arange(T)); key s is visible to query t iff s <= q_pos[t].
+    Returns p: (B, T, Hq, S), rows sum to 1.
     """
-    q, k, _ = _check_qkv(q, k)
-    B, T, Hq, d = q.shape
-    S, Hkv = k.shape[1], k.shape[2]
-    pos = query_positions(q_pos, T, S)
-    scale = d ** -0.5 if scale is None else scale
-    qg = q.reshape(B, T, Hkv, Hq // Hkv, d)
-    logits = np.einsum("btgjd,bsgd->btgjs", qg, k).reshape(B, T, Hq, S) * scale
-    visible = np.arange(S)[None, :] <= pos[:, None]                    # (T, S)
-    logits = np.where(visible[None, :, None, :], logits, -np.inf)
-    m = logits.max(axis=-1, keepdims=True)
-    p = np.exp(logits - m)
-    return p / p.sum(axis=-1, keepdims=True)
+    q, k, visible, scale = _causal(q, k, scale, q_pos)
+    return np.stack([masked_attention_probs(qb, kb, visible, scale) for qb, kb in zip(q, k)])
 
 
 def dense_attention(q, k, v, scale=None, q_pos=None) -> np.ndarray:
-    """Dense causal attention output o: (B, T, Hq, dv) (the reference top-k attention is compared with)."""
-    q, k, v = _check_qkv(q, k, v)
-    p = attention_probs(q, k, scale, q_pos)
-    B, T, Hq, S = p.shape
-    Hkv = k.shape[2]
-    pg = p.reshape(B, T, Hkv, Hq // Hkv, S)
-    return np.einsum("btgjs,bsge->btgje", pg, v).reshape(B, T, Hq, v.shape[3])
+    """Dense causal attention output o: (B, T, Hq, dv) (the reference top-k attention is compared with).
+
+    q, k, scale, q_pos as in :func:`attention_probs`; v: (B, S, Hkv, dv) finite.
+    """
+    return _dense(q, k, v, scale, q_pos)[0]
+
+
+def _dense(q, k, v, scale, q_pos):
+    """(o (B, T, Hq, dv), p (B, T, Hq, S)) of dense causal attention, one sequence at a time."""
+    q, k, visible, scale = _causal(q, k, scale, q_pos)
+    _, _, v = checks.qkv(q, k, v)
+    o, p = zip(*(masked_attention(qb, kb, vb, visible, scale) for qb, kb, vb in zip(q, k, v)))
+    return np.stack(o), np.stack(p)
+
+
+def _probs(name, p, ndim=None, shape_doc=""):
+    """Probabilities: a finite array (..., S) with entries >= 0."""
+    p = checks.finite_array(name, p, ndim, shape_doc).astype(np.float64)
+    if p.ndim < 1:
+        raise ValueError(f"{name} must be an array (..., S), got a scalar")
+    if (p < 0).any():
+        raise ValueError(f"{name} must be >= 0, got min {p.min():.6g}")
+    return p
 
 
 def attention_entropy(p) -> np.ndarray:
-    """Entropy in nats of each row: p (..., S) -> (...,). 0·ln 0 counts as 0. Uniform over n keys gives ln n."""
-    p = np.asarray(p, dtype=np.float64)
-    if p.ndim < 1 or (p < 0).any() or np.isnan(p).any():
-        raise ValueError(f"p must be an array (..., S) of probabilities >= 0 without NaN, got shape {p.shape}")
+    """Entropy in nats of each row: p (..., S) probability rows (finite, >= 0, summing to 1) -> (...,).
+
+    0·ln 0 counts as 0. Uniform over n keys gives ln n.
+    """
+    p = checks.prob_rows("p", p)
     logp = np.log(np.where(p > 0, p, 1.0))
     return -(p * logp).sum(axis=-1)
 
 
 def entropy_per_head(p) -> np.ndarray:
     """Mean entropy per head: p (B, T, H, S) -> (H,)."""
-    p = np.asarray(p)
-    if p.ndim != 4:
-        raise ValueError(f"p must be (B, T, H, S), got shape {p.shape}")
+    p = checks.array("p", p, 4, "(B, T, H, S)")
     return attention_entropy(p).mean(axis=(0, 1))
 
 
 def topk_mass(p, k: int) -> np.ndarray:
-    """Probability mass held by the k largest entries of each row: p (..., S) -> (...,). k >= S gives the row sum."""
-    p = np.asarray(p, dtype=np.float64)
-    if not (isinstance(k, (int, np.integer)) and k > 0):
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if p.ndim < 1 or np.isnan(p).any():
-        raise ValueError(f"p must be an array (..., S) without NaN, got shape {p.shape}")
+    """Probability mass held by the k largest entries of each row: p (..., S) -> (...,). k >= S gives the row sum.
+
+    p: finite, >= 0 (rows need not sum to 1: a head-averaged or masked distribution is fine).
+    """
+    p = _probs("p", p)
+    k = checks.pos_int("k", k)
     S = p.shape[-1]
     if k >= S:
         return p.sum(axis=-1)
@@ -101,12 +99,10 @@ def oracle_topk(p, n_kv_heads: int, k: int) -> np.ndarray:
     p: (B, T, Hq, S) dense probabilities (0 where not visible). Returns idx: (B, T, Hkv, k), -1 padded.
     Zero-probability (invisible) positions are never selected, so k >= #visible keys means "all visible keys".
     """
-    p = np.asarray(p)
-    if p.ndim != 4:
-        raise ValueError(f"p must be (B, T, Hq, S), got shape {p.shape}")
+    p = _probs("p", p, 4, "(B, T, Hq, S)")
     B, T, Hq, S = p.shape
-    if not (isinstance(n_kv_heads, (int, np.integer)) and n_kv_heads > 0 and Hq % n_kv_heads == 0):
-        raise ValueError(f"n_kv_heads must be a positive divisor of Hq={Hq}, got {n_kv_heads!r}")
+    checks.heads(Hq, n_kv_heads, "p's query heads Hq", "n_kv_heads")
+    k = checks.pos_int("k", k)
     score = p.reshape(B, T, n_kv_heads, Hq // n_kv_heads, S).sum(axis=3)
     # Keys with probability exactly 0 (invisible, or underflowed) are never picked: they add nothing to the output.
     return topk_indices(np.where(score > 0, score, -np.inf), k)
@@ -115,17 +111,15 @@ def oracle_topk(p, n_kv_heads: int, k: int) -> np.ndarray:
 def topk_output_error(q, k, v, topk: int, scale=None, q_pos=None, idx=None) -> np.ndarray:
     """Relative error ||o_topk - o_dense|| / ||o_dense|| per (b, t, h): (B, T, Hq).
 
-    q: (B, T, Hq, d); k, v: (B, S, Hkv, d/dv). ``idx`` (B, T, Hkv, K) is the index set to test (e.g. a lightning
-    indexer's choice); by default the oracle top-``topk`` set of :func:`oracle_topk`. The sparse output is
-    :func:`hybrid_lab.ops.sparse_attention.sparse_attention`: one softmax renormalized over the selected set.
+    q: (B, T, Hq, d); k, v: (B, S, Hkv, d/dv); scale, q_pos as in :func:`attention_probs`. ``idx`` (B, T, Hkv, K)
+    is the index set to test (e.g. a lightning indexer's choice); by default the oracle top-``topk`` set of
+    :func:`oracle_topk`. The sparse output is :func:`hybrid_lab.ops.sparse_attention.sparse_attention`: one softmax
+    renormalized over the selected set.
     """
-    q, k, v = _check_qkv(q, k, v)
-    if not (isinstance(topk, (int, np.integer)) and topk > 0):
-        raise ValueError(f"topk must be a positive integer, got {topk!r}")
-    scale = q.shape[3] ** -0.5 if scale is None else scale
-    p = attention_probs(q, k, scale, q_pos)
-    o_dense = np.einsum("btgjs,bsge->btgje", p.reshape(*p.shape[:2], k.shape[2], -1, p.shape[3]), v
-                        ).reshape(*q.shape[:3], v.shape[3])
+    q, k, v = checks.qkv(q, k, v)
+    topk = checks.pos_int("topk", topk)
+    scale = q.shape[3] ** -0.5 if scale is None else checks.positive_number("scale", scale)
+    o_dense, p = _dense(q, k, v, scale, q_pos)
     if idx is None:
         idx = oracle_topk(p, k.shape[2], topk)
     o_sparse = sparse_attention(q, k, v, np.asarray(idx), scale=scale)

@@ -1,4 +1,4 @@
-"""SparDA's Forecast head and its training with a rest-bucket KL (seed 002, Sec. 4.1-4.2, Eqs. 3-7).
+"""SparDA's Forecast head and its training with a rest-bucket KL (SparDA §4.1-4.2, Eqs. 3-7).
 
 The Forecast head F_l is one extra projection of layer l's input X_l: one head per GQA group (Hkv heads of
 width d, not Hkv·G query heads). It scores the NEXT layer's compressed keys,
@@ -25,10 +25,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.models.infllm import (block_sparse_attention, blocks_from_compressed, compress_keys, compressed_spans,
-                               compressed_visible, group_scores, infllm_v2_select, n_blocks, select_blocks)
+from hybrid_lab.core import checks
 from hybrid_lab.core.optim import Adam, clip_grad_norm
 from hybrid_lab.core.progress import progress
+from hybrid_lab.models.attention_stats import attention_probs
+from hybrid_lab.models.infllm import (blocks_from_compressed, compress_keys, compressed_spans, compressed_visible,
+                                      group_scores, infllm_v2_select, select_blocks)
+from hybrid_lab.ops.block_sparse import block_sparse_attention
+from hybrid_lab.ops.contracts import n_blocks
 from hybrid_lab.ops.sparse_attention import topk_indices
 
 __all__ = [
@@ -43,21 +47,75 @@ FINE = (2, 1)       # the fine teacher's (window, stride)
 
 
 # ---------------------------------------------------------------------------------------------------------
+# argument checks shared by the functions below (the rules themselves live in hybrid_lab.core.checks)
+# ---------------------------------------------------------------------------------------------------------
+def _scores(name, a):
+    """Non-negative finite scores (..., N) with at least one axis."""
+    a = checks.finite_array(name, a).astype(np.float64)
+    if a.ndim < 1:
+        raise ValueError(f"{name} must be an array (..., N), got a scalar")
+    if (a < 0).any():
+        raise ValueError(f"{name} must be >= 0, got min {a.min():.6g}")
+    return a
+
+
+def _mask(mask, shape):
+    """An optional bool candidate mask broadcast to ``shape`` (None = every position is a candidate)."""
+    if mask is None:
+        return np.ones(shape, bool)
+    mask = checks.array("mask", mask, kinds="b")
+    try:
+        return np.broadcast_to(mask, shape)
+    except ValueError:
+        raise ValueError(f"mask must broadcast to {shape}, got shape {mask.shape}") from None
+
+
+def _sel(sel, shape, k=None):
+    """Index sets (..., k) into the last axis of ``shape``: -1 padded, unique, one row per row of ``shape``."""
+    sel = checks.index_sets("sel", sel, shape[-1])
+    if sel.shape[:-1] != tuple(shape[:-1]) or (k is not None and sel.shape[-1] != k):
+        want = f"{tuple(shape[:-1]) + (k if k is not None else 'k',)}"
+        raise ValueError(f"sel must have shape {want} (one index set per row of the scores), got {sel.shape}")
+    return sel
+
+
+def _window(name, wd):
+    """A (window, stride) pair of positive integers with stride <= window (the windows cover every token)."""
+    if not isinstance(wd, (tuple, list)) or len(wd) != 2:
+        raise ValueError(f"{name} must be a (window, stride) pair, got {wd!r}")
+    w, s = checks.pos_int(f"{name}[0] (window)", wd[0]), checks.pos_int(f"{name}[1] (stride)", wd[1])
+    if s > w:
+        raise ValueError(f"{name}: stride {s} must be <= window {w} (windows must cover every token)")
+    return w, s
+
+
+def _scale(scale, d):
+    d = checks.pos_int("the head width d", d)
+    return d ** -0.5 if scale is None else checks.positive_number("scale", scale)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # the rest-bucket KL
 # ---------------------------------------------------------------------------------------------------------
-def rest_bucket_partition(p, sel):
-    """Collapse a distribution onto a (k+1)-way partition: the k listed positions, then one rest bucket.
-
-    p: (..., N) non-negative scores (need not sum to 1: they are renormalized over the N positions);
-    sel: (..., k) int positions, -1 = empty slot (probability 0). Returns (..., k+1): p[sel] / Σp, rest.
-    """
-    p = np.asarray(p, dtype=np.float64)
-    sel = np.asarray(sel)
+def _partition(p, sel):
+    # the unchecked core of rest_bucket_partition (callers validate)
     tot = p.sum(axis=-1, keepdims=True)
     pn = p / np.where(tot > 0, tot, 1.0)
     picked = np.where(sel >= 0, np.take_along_axis(pn, np.where(sel >= 0, sel, 0), axis=-1), 0.0)
     rest = np.clip(1.0 - picked.sum(axis=-1, keepdims=True), 0.0, 1.0)
     return np.concatenate([picked, rest], axis=-1)
+
+
+def rest_bucket_partition(p, sel):
+    """Collapse a distribution onto a (k+1)-way partition: the k listed positions, then one rest bucket.
+
+    p: (..., N) finite scores >= 0 (need not sum to 1: they are renormalized over the N positions);
+    sel: (..., k) int positions in [-1, N), -1 = empty slot (probability 0), no position twice in a row.
+    Returns (..., k+1): p[sel] / Σp, then the rest. A row of all zeros has nothing to split: all of it is "rest"
+    ([0, ..., 0, 1]), which is how a row without candidates looks on both sides of :func:`rest_bucket_kl`.
+    """
+    p = _scores("p", p)
+    return _partition(p, _sel(sel, p.shape))
 
 
 def _xlogy_ratio(p, q):
@@ -68,35 +126,32 @@ def _xlogy_ratio(p, q):
 def rest_bucket_kl(teacher, student_logits, k: int, mask=None, sel=None):
     """Mean over rows of KL(teacher partition || student partition) on the teacher's top-k + rest bucket.
 
-    teacher: (..., N) non-negative teacher scores (e.g. a sum of G softmaxes); student_logits: (..., N);
+    teacher: (..., N) finite teacher scores >= 0 (e.g. a sum of G softmaxes); student_logits: (..., N) finite;
     mask: optional bool (..., N) (broadcastable) of candidate positions, others are ignored on both sides.
     The teacher's top-k candidates (ties to the smaller position) stay separate; all other candidates form the
     rest bucket; both sides are renormalized over the candidates (the student by a softmax).
-    sel: optional precomputed teacher top-k (..., k) (the teacher is frozen during training).
+    sel: optional precomputed teacher top-k (..., k) (the teacher is frozen during training), checked like
+    :func:`rest_bucket_partition`'s.
     Returns (loss, dlogits): the mean KL over rows that have candidates, and its gradient (..., N)
     dKL/dz_c = q_c · (1 - p_b / q_b) where b is c's bucket (q_c - p_c for a top-k position).
     """
-    t = np.asarray(teacher, dtype=np.float64)
-    z = np.asarray(student_logits, dtype=np.float64)
-    if t.shape != z.shape or t.ndim < 1:
+    t = _scores("teacher", teacher)
+    z = checks.finite_array("student_logits", student_logits).astype(np.float64)
+    if t.shape != z.shape:
         raise ValueError(f"teacher and student_logits must have the same shape (..., N), got {t.shape} and {z.shape}")
-    if not (isinstance(k, (int, np.integer)) and k >= 1):
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if (t < 0).any() or not np.isfinite(t).all():
-        raise ValueError("teacher scores must be finite and non-negative")
-    mask = np.ones(t.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), t.shape)
-    n_cand = mask.sum(axis=-1)
+    k = checks.pos_int("k", k)
     if k > t.shape[-1]:
         raise ValueError(f"k={k} is larger than the N={t.shape[-1]} candidate positions")
-    if sel is None:
-        sel = teacher_topk(t, k, mask)
-    p = rest_bucket_partition(np.where(mask, t, 0.0), sel)                    # (..., k+1)
+    mask = _mask(mask, t.shape)
+    n_cand = mask.sum(axis=-1)
+    sel = teacher_topk(t, k, mask) if sel is None else _sel(sel, t.shape, k)
+    p = _partition(np.where(mask, t, 0.0), sel)                              # (..., k+1)
     zm = np.where(mask, z, -np.inf)
     m = zm.max(axis=-1, keepdims=True)
     e = np.exp(zm - np.where(np.isfinite(m), m, 0.0))
     den = e.sum(axis=-1, keepdims=True)
     qd = e / np.where(den > 0, den, 1.0)                                      # student softmax over candidates
-    qp = rest_bucket_partition(qd, sel)
+    qp = _partition(qd, sel)
     rows = n_cand > 0
     n_rows = max(1, int(rows.sum()))
     kl = _xlogy_ratio(p, qp).sum(axis=-1)
@@ -114,11 +169,15 @@ def rest_bucket_kl(teacher, student_logits, k: int, mask=None, sel=None):
 
 
 def teacher_topk(teacher, k: int, mask=None):
-    """The teacher's top-k candidate positions (..., k), ties to the smaller position, -1 padded."""
-    t = np.asarray(teacher, dtype=np.float64)
-    if mask is not None:
-        t = np.where(mask, t, -np.inf)
-    return topk_indices(t, k)
+    """The teacher's top-k candidate positions (..., k), ties to the smaller position, -1 padded.
+
+    teacher: (..., N) finite scores; mask: optional bool (..., N) (broadcastable) of candidate positions.
+    """
+    t = checks.finite_array("teacher", teacher).astype(np.float64)
+    if t.ndim < 1:
+        raise ValueError("teacher must be an array (..., N), got a scalar")
+    k = checks.pos_int("k", k)
+    return topk_indices(np.where(_mask(mask, t.shape), t, -np.inf), k)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -128,10 +187,14 @@ def candidate_mask(q_pos, Nc: int, block_size: int = 64, n_init: int = 1, n_loca
                    window: int = COARSE[0], stride: int = COARSE[1]):
     """(T, Nc) bool: compressed positions that may be supervised / selected for each query.
 
-    Causal (the window ended by q_pos), and entirely outside the init blocks and the local blocks, which are
-    always attended and therefore never compete for the top-k.
+    q_pos: (T,) int positions >= 0. Causal (the window ended by q_pos), and entirely outside the init blocks and
+    the local blocks, which are always attended and therefore never compete for the top-k.
     """
-    q_pos = np.asarray(q_pos, dtype=np.int64)
+    q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0)
+    Nc = checks.nonneg_int("Nc", Nc)
+    block_size = checks.pos_int("block_size", block_size)
+    n_init, n_local = checks.nonneg_int("n_init", n_init), checks.nonneg_int("n_local", n_local)
+    window, stride = _window("(window, stride)", (window, stride))
     starts, ends = compressed_spans(Nc, window, stride)
     local_start = (q_pos // block_size - n_local + 1) * block_size
     vis = compressed_visible(q_pos, Nc, window, stride)
@@ -142,33 +205,45 @@ def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
     """Max-pool fine-grid scores (..., Nf) onto the coarse grid (..., Nc).
 
     Coarse position j takes the max over the fine windows contained in its token span
-    [j·s_c, j·s_c + l_c); with (2, 1) -> (32, 16) that is fine positions 16j .. 16j + 30.
+    [j·s_c, j·s_c + l_c); with (2, 1) -> (32, 16) that is fine positions 16j .. 16j + 30. Every coarse window
+    must contain at least one fine window: a fine grid too short for ``Nc`` is refused, not padded with zeros.
     """
-    (lf, sf), (lc, sc) = fine, coarse
-    scores_f = np.asarray(scores_f, dtype=np.float64)
+    (lf, sf), (lc, sc) = _window("fine", fine), _window("coarse", coarse)
+    if lf > lc:
+        raise ValueError(f"the fine window {lf} must fit in the coarse window {lc}")
+    scores_f = checks.finite_array("scores_f", scores_f).astype(np.float64)
+    if scores_f.ndim < 1:
+        raise ValueError("scores_f must be an array (..., Nf), got a scalar")
+    Nc = checks.nonneg_int("Nc", Nc)
     Nf = scores_f.shape[-1]
     j = np.arange(Nc)
     lo = -(-(j * sc) // sf)
     hi = np.minimum(Nf - 1, (j * sc + lc - lf) // sf)
+    if Nc and (hi < lo).any():
+        bad = int(np.argmax(hi < lo))
+        raise ValueError(f"scores_f has Nf={Nf} fine positions: too few for Nc={Nc} coarse windows "
+                         f"(coarse window {bad} needs fine position {lo[bad]})")
     width = int(max(1, (hi - lo + 1).max(initial=1)))
     cols = lo[:, None] + np.arange(width)[None, :]
     ok = cols <= hi[:, None]
     padded = np.concatenate([scores_f, np.full(scores_f.shape[:-1] + (1,), -np.inf)], axis=-1)
-    out = padded[..., np.where(ok, cols, Nf)].max(axis=-1)
-    return np.where(np.isfinite(out), out, 0.0)
+    return padded[..., np.where(ok, cols, Nf)].max(axis=-1)
 
 
 def teacher_scores(q, k, q_pos, kind: str = "fine", scale=None):
-    """The target layer's selector score on the (32, 16) grid: Σ_h softmax(Q_h K̃ᵀ/τ) (seed Eq. 6).
+    """The target layer's selector score on the (32, 16) grid: Σ_h softmax(Q_h K̃ᵀ/τ) (SparDA Eq. 6).
 
-    q: (B, T, Hq, d) the target layer's queries at q_pos; k: (B, S, Hkv, d) its keys.
-    kind="coarse": computed on (32, 16) compressed keys. kind="fine": computed on (2, 1) compressed keys and
-    max-pooled onto the (32, 16) grid. Returns (B, T, Hkv, Nc) with Nc the (32, 16) grid size.
+    q: (B, T, Hq, d) the target layer's queries at q_pos; k: (B, S, Hkv, d) its keys; q_pos: (T,) int positions
+    in [0, S) (None: the last T). kind="coarse": computed on (32, 16) compressed keys. kind="fine": computed on
+    (2, 1) compressed keys and max-pooled onto the (32, 16) grid. Returns (B, T, Hkv, Nc) with Nc the (32, 16)
+    grid size.
     """
     if kind not in ("fine", "coarse"):
         raise ValueError(f"kind must be 'fine' or 'coarse', got {kind!r}")
-    k = np.asarray(k)
+    q, k, _ = checks.qkv(q, k)
     S = k.shape[1]
+    q_pos = checks.query_positions(q_pos, q.shape[1], S)
+    scale = None if scale is None else checks.positive_number("scale", scale)
     Nc = 0 if S < COARSE[0] else (S - COARSE[0]) // COARSE[1] + 1
     if kind == "coarse":
         return group_scores(q, compress_keys(k, *COARSE), q_pos, S, *COARSE, scale=scale)
@@ -181,14 +256,15 @@ def forecast_logits(x_src, W, kc, scale=None):
 
     x_src: (B, T, D) the source layer's input (layer l-1 for target l; layer 0 itself for target 0);
     W: (D, Hkv, d) the Forecast projection (one head per GQA group); kc: (B, Nc, Hkv, d) the target layer's
-    (32, 16) compressed keys. Returns (B, T, Hkv, Nc) logits (no softmax: one head ranks by logits).
+    (32, 16) compressed keys; all finite. scale > 0 defaults to d**-0.5. Returns (B, T, Hkv, Nc) logits (no
+    softmax: one head ranks by logits).
     """
-    x_src, W, kc = np.asarray(x_src), np.asarray(W), np.asarray(kc)
-    if x_src.ndim != 3 or W.ndim != 3 or kc.ndim != 4:
-        raise ValueError(f"need x_src (B, T, D), W (D, Hkv, d), kc (B, Nc, Hkv, d); got {x_src.shape}, {W.shape}, {kc.shape}")
+    x_src = checks.finite_array("x_src", x_src, 3, "(B, T, D)")
+    W = checks.finite_array("W", W, 3, "(D, Hkv, d)")
+    kc = checks.finite_array("kc", kc, 4, "(B, Nc, Hkv, d)")
     if W.shape[0] != x_src.shape[2] or W.shape[1:] != kc.shape[2:] or kc.shape[0] != x_src.shape[0]:
         raise ValueError(f"shapes disagree: x_src {x_src.shape}, W {W.shape} (D, Hkv, d), kc {kc.shape} (B, Nc, Hkv, d)")
-    scale = W.shape[2] ** -0.5 if scale is None else scale
+    scale = _scale(scale, W.shape[2])
     # plain einsum (no BLAS): these matrices are tiny and threaded BLAS thrashes on a busy 2-core machine
     f = np.einsum("btD,Dgd->btgd", x_src, W)
     return np.einsum("btgd,bngd->btgn", f, kc) * scale
@@ -226,6 +302,13 @@ class SyntheticModel:
 
     def __init__(self, n_layers=3, D=32, Hkv=2, G=2, d=32, n_topics=8, seed=0, needle_logit=10.0,
                  diffuse_logit=3.0, noise=0.05, key_noise=0.3):
+        for name, val in (("n_layers", n_layers), ("D", D), ("Hkv", Hkv), ("G", G), ("d", d), ("n_topics", n_topics)):
+            checks.pos_int(name, val)
+        checks.nonneg_int("seed", seed)
+        checks.finite_number("needle_logit", needle_logit)
+        checks.finite_number("diffuse_logit", diffuse_logit)
+        checks.nonneg_number("noise", noise)
+        checks.nonneg_number("key_noise", key_noise)
         if d < 2 * n_topics:
             raise ValueError(f"d={d} must be >= 2·n_topics={2 * n_topics} (one sharp and one diffuse direction per topic)")
         if D < n_topics:
@@ -257,7 +340,20 @@ class SyntheticModel:
             self.Wq.append(Wl.reshape(D, Hkv * G, d))
 
     def sample(self, n_seq=4, T=1024, seed=1, n_needles=2, span=40, first=64):
-        """n_seq sequences of T tokens; needles and spans are placed after the first `first` tokens."""
+        """n_seq sequences of T tokens; needles and spans are placed after the first `first` tokens.
+
+        Per sequence and group, n_topics·n_needles distinct needle tokens and n_topics spans of ``span`` tokens
+        are drawn from [first, T): T must leave room for them.
+        """
+        n_seq, T = checks.pos_int("n_seq", n_seq), checks.pos_int("T", T)
+        n_needles = checks.pos_int("n_needles", n_needles)
+        span, first = checks.pos_int("span", span), checks.nonneg_int("first", first)
+        checks.nonneg_int("seed", seed)
+        if T - first < self.n_topics * n_needles:
+            raise ValueError(f"T={T} leaves {T - first} tokens after first={first}, fewer than the "
+                             f"n_topics·n_needles={self.n_topics * n_needles} distinct needles to place")
+        if T - span <= first:
+            raise ValueError(f"a span of {span} tokens must start at or after first={first} and end by T={T}")
         rng = np.random.default_rng(seed)
         M, D, Hkv, d = self.n_topics, self.D, self.Hkv, self.d
         topics = rng.integers(0, M, size=(n_seq, T))
@@ -308,8 +404,11 @@ def make_setup(data: SyntheticData, kind: str = "fine", q_pos=None, k: int = 8, 
                n_local=2):
     """Frozen targets for training: the source of target layer l is X_{l-1} (X_0 for l = 0, the same-layer
     forecast F_0^cur); the teacher is the target layer's own selector score (coarse or fine)."""
+    if not isinstance(data, SyntheticData):
+        raise ValueError(f"data must be a SyntheticData (SyntheticModel.sample), got {type(data).__name__}")
     S = data.K[0].shape[1]
-    q_pos = np.arange(S // 2, S, 2) if q_pos is None else np.asarray(q_pos, dtype=np.int64)
+    q_pos = np.arange(S // 2, S, 2) if q_pos is None else checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0, hi=S)
+    k = checks.pos_int("k", k)
     x_src, kcs, teach = [], [], []
     for l in range(len(data.K)):
         x_src.append(data.X[max(l - 1, 0)][:, q_pos])
@@ -322,12 +421,24 @@ def make_setup(data: SyntheticData, kind: str = "fine", q_pos=None, k: int = 8, 
 
 
 def forecast_loss_and_grad(params: dict, setup: TrainSetup):
-    """Σ over target layers of the mean rest-bucket KL, and its gradient for every W_l (hand-written)."""
+    """Σ over target layers of the mean rest-bucket KL, and its gradient for every W_l (hand-written).
+
+    params: {"W0": (D, Hkv, d), "W1": ...}, one Forecast projection per target layer of ``setup``.
+    """
+    if not isinstance(params, dict):
+        raise ValueError(f"params must be a dict {{'W0': (D, Hkv, d), ...}}, got {type(params).__name__}")
+    for l, (x, kc) in enumerate(zip(setup.x_src, setup.kc)):
+        if f"W{l}" not in params:
+            raise ValueError(f"params must hold one projection per target layer, 'W{l}' is missing")
+        W = checks.finite_array(f"params['W{l}']", params[f"W{l}"], 3, "(D, Hkv, d)")
+        if W.shape != (x.shape[2],) + kc.shape[2:]:
+            raise ValueError(f"params['W{l}'] must have shape (D, Hkv, d) = {(x.shape[2],) + kc.shape[2:]}, "
+                             f"got {W.shape}")
     loss, grads = 0.0, {}
     for l, (x, kc, t) in enumerate(zip(setup.x_src, setup.kc, setup.teacher)):
         W = params[f"W{l}"]
+        z = forecast_logits(x, W, kc)
         scale = W.shape[2] ** -0.5
-        z = forecast_logits(x, W, kc, scale)
         li, dz = rest_bucket_kl(t, z, setup.k, setup.mask[None, :, None, :], setup.sel[l])
         loss += li
         # z = (x W)·kc·scale  =>  dW[D, g, d] = Σ_{b,t} x[b,t,D] Σ_j dz[b,t,g,j] kc[b,j,g,d] · scale
@@ -337,6 +448,9 @@ def forecast_loss_and_grad(params: dict, setup: TrainSetup):
 
 
 def init_params(model: SyntheticModel, seed: int = 0, std: float = 0.02):
+    """Random Forecast projections {"W{l}": (D, Hkv, d)} with entries N(0, std²), one per layer of ``model``."""
+    checks.nonneg_int("seed", seed)
+    checks.positive_number("std", std)
     rng = np.random.default_rng(seed)
     return {f"W{l}": std * rng.normal(size=(model.D, model.Hkv, model.d)) for l in range(model.n_layers)}
 
@@ -347,6 +461,9 @@ def train_forecast(model: SyntheticModel, setup: TrainSetup, steps: int = 150, l
 
     Returns (params, history) with history["loss"] per step.
     """
+    steps = checks.pos_int("steps", steps)
+    lr, max_norm = checks.positive_number("lr", lr), checks.positive_number("max_norm", max_norm)
+    weight_decay = checks.nonneg_number("weight_decay", weight_decay)
     params = init_params(model, seed)
     opt = Adam(params, lr=lr, betas=(0.9, 0.95), eps=1e-6, weight_decay=weight_decay)
     hist = []
@@ -366,15 +483,16 @@ def train_forecast(model: SyntheticModel, setup: TrainSetup, steps: int = 150, l
 # ---------------------------------------------------------------------------------------------------------
 def oracle_blocks(q, k, q_pos, topk: int, block_size=64, n_init=1, n_local=2):
     """The blocks exact attention needs most: per group, attention mass summed over its G heads and over each
-    block's tokens, top-k among the dynamic candidates. Returns block_idx like ``select_blocks``."""
-    q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    block's tokens, top-k among the dynamic candidates. Returns block_idx like ``select_blocks``.
+
+    q: (B, T, Hq, d) queries at q_pos; k: (B, S, Hkv, d); q_pos: (T,) int positions in [0, S)."""
+    q, k, _ = checks.qkv(q, k)
+    q, k = q.astype(np.float64), k.astype(np.float64)
     B, T, Hq, d = q.shape
     S, Hkv = k.shape[1], k.shape[2]
-    G = Hq // Hkv
-    logits = np.einsum("btgjd,bsgd->btgjs", q.reshape(B, T, Hkv, G, d), k) * d ** -0.5
-    logits = np.where((np.arange(S)[None, :] <= q_pos[:, None])[None, :, None, None, :], logits, -np.inf)
-    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    p = (p / p.sum(axis=-1, keepdims=True)).sum(axis=3)                     # (B, T, Hkv, S)
+    q_pos = checks.query_positions(q_pos, T, S)
+    block_size = checks.pos_int("block_size", block_size)
+    p = attention_probs(q, k, q_pos=q_pos).reshape(B, T, Hkv, Hq // Hkv, S).sum(axis=3)   # (B, T, Hkv, S)
     Nb = n_blocks(S, block_size)
     pad = Nb * block_size - S
     mass = np.concatenate([p, np.zeros(p.shape[:-1] + (pad,))], axis=-1).reshape(B, T, Hkv, Nb, block_size).sum(-1)
@@ -395,10 +513,21 @@ def evaluate_selectors(data: SyntheticData, heads: dict, q_pos, topk: int = 2, b
 
     heads: {name: params} of trained Forecast heads. Also evaluates "InfLLM-V2" (each layer's own queries
     on its own (32, 16) compressed keys: the original same-layer selector). Returns {name: {"recall": [..],
-    "error": [..]}} with one entry per layer.
+    "error": [..]}} with one entry per layer. q_pos: (T,) int positions in [0, S).
     """
-    q_pos = np.asarray(q_pos, dtype=np.int64)
+    if not isinstance(data, SyntheticData):
+        raise ValueError(f"data must be a SyntheticData (SyntheticModel.sample), got {type(data).__name__}")
     S = data.K[0].shape[1]
+    q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0, hi=S)
+    block_size = checks.pos_int("block_size", block_size)
+    topk = checks.pos_int("topk", topk)                   # recall of zero dynamic blocks would be 0/0
+    if not isinstance(heads, dict):
+        raise ValueError(f"heads must be a dict {{name: params}}, got {type(heads).__name__}")
+    for name, params in heads.items():
+        for l in range(len(data.K)):
+            if not isinstance(params, dict) or f"W{l}" not in params:
+                raise ValueError(f"heads[{name!r}] must hold one projection per layer, 'W{l}' is missing")
+            checks.finite_array(f"heads[{name!r}]['W{l}']", params[f"W{l}"], 3, "(D, Hkv, d)")
     Nb = n_blocks(S, block_size)
     res = {name: {"recall": [], "error": []} for name in ["InfLLM-V2", *heads]}
     for l in range(len(data.K)):
@@ -428,7 +557,7 @@ def _dynamic(idx, q_pos, block_size, n_init, n_local):
     return np.where(fixed | (idx < 0), -1, idx)
 
 
-# reported (seed 002, Table 6, p. 15): student/inference window fixed at (32, 16), teacher window varied;
+# reported (SparDA Table 6, p. 15): student/inference window fixed at (32, 16), teacher window varied;
 # RULER, Reasoning and the four-family average; and the same-model "Sparse" baseline average (Table 1)
 PAPER_TEACHER_ABLATION = {
     "MiniCPM": {"(32,16)": (75.7, 82.5, 60.4), "(2,1)": (78.7, 84.7, 61.7), "Sparse avg": 61.4},
@@ -440,11 +569,15 @@ def teacher_needle_hits(model: SyntheticModel, data: SyntheticData, layer: int, 
                         seq: int = 0):
     """Fraction of queries whose teacher top-1 compressed window holds one of the query's target needles.
 
-    Only queries with at least one target needle among their candidate positions count.
+    Only queries with at least one target needle among their candidate positions count; q_pos: (T,) int
+    positions in [0, S). Raises ValueError when no query has one (the fraction would be 0/0).
     """
-    q_pos = np.asarray(q_pos, dtype=np.int64)
-    q = data.Q[layer][seq:seq + 1, q_pos]
+    layer = checks.int_in("layer", layer, 0, len(data.K))
+    group = checks.int_in("group", group, 0, model.Hkv)
+    seq = checks.int_in("seq", seq, 0, data.K[layer].shape[0])
     S = data.K[layer].shape[1]
+    q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0, hi=S)
+    q = data.Q[layer][seq:seq + 1, q_pos]
     Nc = (S - COARSE[0]) // COARSE[1] + 1
     mask = candidate_mask(q_pos, Nc)
     sc = np.where(mask, teacher_scores(q, data.K[layer][seq:seq + 1], q_pos, kind)[0, :, group], -np.inf)
@@ -455,4 +588,6 @@ def teacher_needle_hits(model: SyntheticModel, data: SyntheticData, layer: int, 
     reachable = (needles >= 64) & (needles + 1 < local_start[:, None])
     inside = (needles >= best[:, None]) & (needles < best[:, None] + COARSE[0]) & reachable
     ok = reachable.any(-1)
+    if not ok.any():
+        raise ValueError("no query in q_pos has a target needle among its candidate positions (0 of 0)")
     return float(inside.any(-1)[ok].mean())

@@ -1,7 +1,8 @@
 """HySparse (first generation): one full-attention (FA) layer finds the important blocks, the sparse-attention (SA)
 layers after it reuse its KV and block indices (oracle selection, KV sharing) plus their own sliding-window branch.
 
-Seed 000 §5, §7.4, §15, §18 and SYLLABUS §05. A group is ``FA, SA, SA, ...``; the model is a stack of groups.
+The HySparse paper (the first generation), as the HySparse2 paper §3 contrasts it with its successor; notebook 05.
+A group is ``FA, SA, SA, ...``; the model is a stack of groups.
 
 - FA: exact causal attention over its own KV (projected from its own input hidden state). From its attention
   probabilities (summed over the query heads of a KV group) it scores 64-token blocks and keeps the top 16
@@ -11,8 +12,7 @@ Seed 000 §5, §7.4, §15, §18 and SYLLABUS §05. A group is ``FA, SA, SA, ...`
   layer projects from its OWN hidden states. Two softmaxes; a learned sigmoid gate per branch fuses them.
 - MLP in place of the paper's MoE (the routing does not change any dependency this lab studies).
 
-The small helpers at the top (RMSNorm, partial RoPE, masked dense attention, weight init) are shared with
-``hybrid_lab.models.hysparse2``.
+The shared blocks (RMSNorm, masked dense attention, weight init) come from ``hybrid_lab.core.blocks``.
 """
 from __future__ import annotations
 
@@ -36,15 +36,14 @@ __all__ = [
 def block_scores(probs: np.ndarray, block_size: int, n_kv_heads: int = 1) -> np.ndarray:
     """Block importance = attention probability mass of the FA in each block, summed over a KV group's query heads.
 
-    probs: (T, Hq, S) FA probabilities. Returns (T, Hkv, ceil(S / block_size)).
+    probs: (T, Hq, S) FA probabilities (finite, >= 0). Returns (T, Hkv, ceil(S / block_size)).
     """
-    checks.pos_int("block_size", block_size)
-    probs = np.asarray(probs)
-    if probs.ndim != 3:
-        raise ValueError(f"probs must be (T, Hq, S), got shape {probs.shape}")
+    block_size = checks.pos_int("block_size", block_size)
+    probs = checks.finite_array("probs", probs, 3, "(T, Hq, S)")
     T, Hq, S = probs.shape
-    if Hq % n_kv_heads:
-        raise ValueError(f"Hq={Hq} must be a multiple of n_kv_heads={n_kv_heads}")
+    checks.heads(Hq, n_kv_heads, "probs' query heads Hq", "n_kv_heads")
+    if (probs < 0).any():
+        raise ValueError(f"probs must be >= 0 (attention probabilities), got min {probs.min():.6g}")
     nb = -(-S // block_size)
     pad = np.zeros((T, Hq, nb * block_size - S), probs.dtype)
     per_head = np.concatenate([probs, pad], axis=-1).reshape(T, Hq, nb, block_size).sum(-1)
@@ -54,28 +53,52 @@ def block_scores(probs: np.ndarray, block_size: int, n_kv_heads: int = 1) -> np.
 def select_blocks(scores: np.ndarray, q_pos: np.ndarray, block_size: int, n_blocks: int) -> np.ndarray:
     """Top ``n_blocks`` blocks per (query, KV group) among the blocks the query can see (block start <= q_pos).
 
-    scores: (T, Hkv, nb); q_pos: (T,). Returns block ids (T, Hkv, n_blocks), -1 padded (deterministic ties).
+    scores: (T, Hkv, nb) finite; q_pos: (T,) ints in [0, nb * block_size) (a query lies inside the scored blocks).
+    Returns block ids (T, Hkv, n_blocks), -1 padded (deterministic ties).
     """
-    checks.pos_int("n_blocks", n_blocks)
-    scores = np.asarray(scores, dtype=np.float64)
-    nb = scores.shape[-1]
-    visible = (np.arange(nb)[None, :] * block_size) <= np.asarray(q_pos)[:, None]   # (T, nb)
+    block_size, n_blocks = checks.pos_int("block_size", block_size), checks.pos_int("n_blocks", n_blocks)
+    scores = checks.finite_array("scores", scores, 3, "(T, Hkv, nb)").astype(np.float64)
+    T, _, nb = scores.shape
+    q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0, hi=max(1, nb * block_size))
+    if q_pos.shape != (T,) or nb == 0:
+        raise ValueError(f"q_pos must have shape (T={T},) and scores at least one block, got q_pos {q_pos.shape}, "
+                         f"scores {scores.shape}")
+    visible = (np.arange(nb)[None, :] * block_size) <= q_pos[:, None]   # (T, nb)
     return topk_indices(np.where(visible[:, None, :], scores, -np.inf), n_blocks)
 
 
 def blocks_to_tokens(block_idx: np.ndarray, block_size: int, q_pos: np.ndarray) -> np.ndarray:
     """Expand block ids to the causal token positions they cover (s <= q_pos), -1 padded.
 
-    block_idx: (T, Hkv, nb_sel). Returns (T, Hkv, nb_sel * block_size) unique positions (ids ascending per block).
+    block_idx: (T, Hkv, nb_sel) block ids >= -1 (-1 = empty slot), no block twice in a row; q_pos: (T,) ints >= 0.
+    Returns (T, Hkv, nb_sel * block_size) unique positions (ids ascending per block).
     """
-    block_idx = np.asarray(block_idx)
+    block_size = checks.pos_int("block_size", block_size)
+    block_idx = checks.index_sets("block_idx", block_idx, np.iinfo(np.int64).max, 3, "(T, Hkv, nb_sel)")
+    q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0)
+    if q_pos.shape != block_idx.shape[:1]:
+        raise ValueError(f"q_pos must have shape (T={block_idx.shape[0]},), got {q_pos.shape}")
     tok = block_idx[..., None] * block_size + np.arange(block_size)          # (T, Hkv, nb_sel, bs)
-    ok = (block_idx[..., None] >= 0) & (tok <= np.asarray(q_pos)[:, None, None, None])
+    ok = (block_idx[..., None] >= 0) & (tok <= q_pos[:, None, None, None])
     return np.where(ok, tok, -1).reshape(block_idx.shape[:-1] + (-1,)).astype(np.int64)
 
 
 def gated_fusion(o_sparse, o_local, g_sparse, g_local):
-    """v1's fusion of the two branches: sigmoid(g_sparse) * o_sparse + sigmoid(g_local) * o_local (elementwise)."""
+    """v1's fusion of the two branches: sigmoid(g_sparse) * o_sparse + sigmoid(g_local) * o_local (elementwise).
+
+    All four finite; the two branch outputs of one shape (e.g. (T, Hq, dv)), each gate broadcastable to it.
+    """
+    o_sparse, o_local = checks.finite_array("o_sparse", o_sparse), checks.finite_array("o_local", o_local)
+    if o_sparse.shape != o_local.shape:
+        raise ValueError(f"o_sparse and o_local must have one shape, got {o_sparse.shape} and {o_local.shape}")
+    for name, g in (("g_sparse", g_sparse), ("g_local", g_local)):
+        g = checks.finite_array(name, g)
+        try:
+            ok = np.broadcast_shapes(g.shape, o_sparse.shape) == o_sparse.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} must broadcast to the outputs' shape {o_sparse.shape}, got {g.shape}")
     return sigmoid(g_sparse) * o_sparse + sigmoid(g_local) * o_local
 
 
@@ -106,6 +129,7 @@ class HySparseConfig:
                      "n_blocks", "window"):
             checks.pos_int(name, getattr(self, name))
         checks.heads(self.n_heads_q, self.n_heads_kv)
+        checks.nonneg_int("seed", self.seed)
         if self.n_layers % self.group_size:
             raise ValueError(f"group_size={self.group_size} must divide n_layers={self.n_layers} "
                              f"(each group is 1 FA + {self.group_size - 1} SA)")
@@ -125,8 +149,21 @@ class HySparse:
     """
 
     def __init__(self, cfg: HySparseConfig, weights: dict | None = None):
+        if not isinstance(cfg, HySparseConfig):
+            raise ValueError(f"cfg must be a HySparseConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        self.weights = self.init_weights(cfg) if weights is None else dict(weights)
+        if weights is None:
+            self.weights = self.init_weights(cfg)
+            return
+        ref = self.init_weights(cfg)                     # the names and shapes this config needs
+        if set(weights) != set(ref):
+            diff = sorted(set(ref) ^ set(weights))
+            raise ValueError(f"weights must hold exactly the arrays of init_weights(cfg); {diff[0]!r} is "
+                             f"{'missing' if diff[0] in ref else 'unexpected'}")
+        for n, a in weights.items():
+            if checks.finite_array(f"weights[{n!r}]", a).shape != ref[n].shape:
+                raise ValueError(f"weights[{n!r}] must have shape {ref[n].shape}, got {np.shape(a)}")
+        self.weights = dict(weights)
 
     @staticmethod
     def init_weights(cfg: HySparseConfig) -> dict:
@@ -208,8 +245,10 @@ def drifting_attention_stack(L: int, n_layers: int, d: int = 16, drift: float = 
     """
     checks.pos_int("L", L)
     checks.pos_int("n_layers", n_layers)
-    if not 0.0 <= drift <= np.pi / 2:
-        raise ValueError(f"drift must be an angle in [0, pi/2], got {drift}")
+    checks.pos_int("d", d)
+    checks.number_in("drift", drift, 0.0, np.pi / 2)
+    checks.nonneg_int("seed", seed)
+    checks.positive_number("temperature", temperature)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((L, d))
     qx = rng.standard_normal(d)
@@ -227,10 +266,11 @@ def drifting_attention_stack(L: int, n_layers: int, d: int = 16, drift: float = 
 def topk_overlap_by_distance(probs: np.ndarray, k: int) -> np.ndarray:
     """Mean overlap |S_a ∩ S_b| / k of the top-k sets of layers a, b as a function of distance b - a.
 
-    probs: (n_layers, L). Returns (n_layers,) with entry 0 = 1.0 (a layer overlaps itself).
+    probs: (n_layers, L) finite scores. Returns (n_layers,) with entry 0 = 1.0 (a layer overlaps itself).
     """
-    probs = np.asarray(probs)
+    probs = checks.finite_array("probs", probs, 2, "(n_layers, L)")
     n, L = probs.shape
+    checks.pos_int("n_layers (probs.shape[0])", n)
     checks.pos_int("k", k)
     if k > L:
         raise ValueError(f"k must be <= L={L}, got {k}")

@@ -1,6 +1,6 @@
 """HySparse2: two-level KV sharing (KV bridging + KV reuse) and the exact prefill early exit it enables.
 
-Seed 000 §3-10, §14-17 and SYLLABUS §06. Layout (paper: 12 SWA, FA, 12 SWA | 4 x (FA + 5 SA) = 49 layers)::
+HySparse2 (arXiv:2609.26368) §3.2-3.5 and §4.1. Layout (paper: 12 SWA, FA, 12 SWA | 4 x (FA + 5 SA) = 49 layers)::
 
     tokens -> Self-decoder: [SWA x n_before] -> FA -> [SWA x n_after] -> boundary state
                              \\__ input hidden of the self FA (the bridge source) __
@@ -13,7 +13,8 @@ Seed 000 §3-10, §14-17 and SYLLABUS §06. Layout (paper: 12 SWA, FA, 12 SWA | 
   of the self FA (not its output), so its cache is ready as soon as the Self-decoder has run.
 - KV reuse: the SA layers of a group read the group's KV at the group FA's selection: forced window (the last
   ``window`` positions) ∪ top-``topk`` positions outside the window by the FA's attention probability (summed over
-  a KV group's query heads), ONE softmax over the union (``sparse_attention``), read by index, no copy.
+  a KV group's query heads), ONE softmax over the union (``sparse_attention``), read by index, no copy. The
+  selection and the FA decode op live in ``hybrid_lab.ops.fa_decode`` (``forced_window_select``, ``fa_decode_topk``).
 - SWA and SA layers have sigmoid output gates and per-head sink logits; Self SWA uses partial RoPE; FA and SA NoPE.
   MLP in place of MoE; no MTP head (it reads the boundary state and changes no dependency).
 
@@ -39,16 +40,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.ops.registry import swappable
 from hybrid_lab.core import checks
 from hybrid_lab.core.blocks import (apply_rope, attn_weights, init_weight, masked_attention, mlp_weights, rms_norm,
                                     sigmoid, silu)
-from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
+from hybrid_lab.ops.fa_decode import fa_attention, fa_decode_topk, forced_window_select, with_forced_window
+from hybrid_lab.ops.sparse_attention import sparse_attention
 
 __all__ = [
     "BRIDGE_SOURCES", "HySparse2Config", "KVCache", "WindowKVCache", "HySparse2Cache", "HySparse2",
-    "fa_decode_topk", "forced_window_select", "replay_tail", "self_decoder_weight_names", "captured_mass",
-    "replay_errors",
+    "replay_tail", "self_decoder_weight_names", "captured_mass", "replay_errors",
 ]
 
 BRIDGE_SOURCES = ("self_fa_input", "boundary")
@@ -63,7 +63,7 @@ class HySparse2Config:
     groups of ``group_size`` (1 FA + group_size - 1 SA). ``window`` = forced local positions of the SA selection,
     ``topk`` = global positions outside it (paper 128 / 1,024); ``swa_window`` = the self SWA window (paper 128).
     ``bridge_sources``: per cross group, ``"self_fa_input"`` (paper) or ``"boundary"`` (the Self/Cross boundary
-    state, the other source the seed's figure hedges about). ``cross_swa_window > 0`` adds a v1-style sliding-window
+    state, the other source the paper's Figure 2 also draws). ``cross_swa_window > 0`` adds a v1-style sliding-window
     branch with its OWN KV to every cross SA layer: a counterexample that breaks the exact early exit.
     """
     vocab: int = 64
@@ -93,8 +93,9 @@ class HySparse2Config:
         for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "cross_layers", "group_size", "window", "topk",
                      "swa_window"):
             checks.pos_int(name, getattr(self, name))
-        for name in ("self_swa_before", "self_swa_after", "cross_swa_window"):
+        for name in ("self_swa_before", "self_swa_after", "cross_swa_window", "rope_dims", "seed"):
             checks.nonneg_int(name, getattr(self, name))
+        checks.positive_number("rope_base", self.rope_base)
         checks.heads(self.n_heads_q, self.n_heads_kv)
         if self.cross_layers % self.group_size:
             raise ValueError(f"group_size={self.group_size} must divide cross_layers={self.cross_layers} "
@@ -140,11 +141,23 @@ class HySparse2Config:
 
 
 # ------------------------------------------------------------------------------------------------------ caches
+def _check_kv(k, v):
+    """A cache's keys (S, Hkv, d_qk) and values (S, Hkv, d_v): finite float arrays with the same S and Hkv."""
+    k = checks.finite_array("k", k, 3, "(S, Hkv, d_qk)")
+    v = checks.finite_array("v", v, 3, "(S, Hkv, d_v)")
+    if v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"v must have shape (S={k.shape[0]}, Hkv={k.shape[1]}, d_v), got {v.shape}")
+    return k, v
+
+
 @dataclass
 class KVCache:
     """A growing global KV (the self FA's, or one cross group's bridged KV). k: (S, Hkv, d_qk), v: (S, Hkv, d_v)."""
     k: np.ndarray
     v: np.ndarray
+
+    def __post_init__(self):
+        self.k, self.v = _check_kv(self.k, self.v)
 
     @classmethod
     def empty(cls, n_kv: int, d_qk: int, d_v: int, dtype) -> "KVCache":
@@ -170,6 +183,14 @@ class WindowKVCache:
     v: np.ndarray
     pos: np.ndarray
     window: int
+
+    def __post_init__(self):
+        self.k, self.v = _check_kv(self.k, self.v)
+        self.window = checks.pos_int("window", self.window)
+        self.pos = checks.int_array("pos", self.pos, 1, "(n,)", lo=0)
+        if len(self.pos) != len(self.k) or len(self.k) > self.window:
+            raise ValueError(f"pos must give one position per cached entry ({len(self.k)}) and a window holds at most "
+                             f"window={self.window} entries, got pos of length {len(self.pos)}")
 
     @classmethod
     def empty(cls, window: int, n_kv: int, d_qk: int, d_v: int, dtype) -> "WindowKVCache":
@@ -251,91 +272,15 @@ class HySparse2Cache:
         return out
 
 
-# ------------------------------------------------------------------------------------------- selection + twin
-def forced_window_select(scores: np.ndarray, q_pos: np.ndarray, window: int, topk: int) -> np.ndarray:
-    """HySparse2's selection: the last ``window`` positions (forced) ∪ the top-``topk`` positions outside them.
-
-    scores: (T, Hkv, S) the FA's scores (any value where s > q_pos is ignored); q_pos: (T,) absolute positions.
-    Returns idx: (T, Hkv, window + topk) int64: slots [0, window) = q_pos - window + 1 .. q_pos (-1 where < 0),
-    slots [window, window + topk) = top-k of s <= q_pos - window by score (ties -> smaller s, -1 padded).
-    """
-    checks.pos_int("window", window)
-    checks.pos_int("topk", topk)
-    scores = np.asarray(scores, dtype=np.float64)
-    q_pos = np.asarray(q_pos)
-    if scores.ndim != 3 or q_pos.shape != scores.shape[:1]:
-        raise ValueError(f"scores must be (T, Hkv, S) and q_pos (T,), got {scores.shape} and {q_pos.shape}")
-    T, Hkv, S = scores.shape
-    win = q_pos[:, None] - window + 1 + np.arange(window)[None, :]          # (T, window)
-    win = np.where(win >= 0, win, -1)
-    outside = np.arange(S)[None, :] <= (q_pos[:, None] - window)             # (T, S)
-    top = topk_indices(np.where(outside[:, None, :], scores, -np.inf), topk)  # (T, Hkv, topk)
-    return np.concatenate([np.broadcast_to(win[:, None, :], (T, Hkv, window)), top], axis=-1).astype(np.int64)
-
-
-def _fa_rows(q, k, v, q_pos, topk, window, scale, sink=None):
-    """Exact causal attention of T query rows over one KV + their top-k outside the window.
-
-    q: (T, Hq, d); k: (S, Hkv, d); v: (S, Hkv, dv); q_pos: (T,).
-    Returns (o: (T, Hq, dv), top: (T, Hkv, topk), score: (T, Hkv, S) probability summed over each group's heads).
-    """
-    S, Hkv = k.shape[:2]
-    mask = np.arange(S)[None, :] <= q_pos[:, None]
-    o, p = masked_attention(q, k, v, mask, scale, sink)
-    T, Hq, _ = p.shape
-    score = p.reshape(T, Hkv, Hq // Hkv, S).sum(2)                         # probability summed over the group
-    outside = np.arange(S)[None, :] <= (q_pos[:, None] - window)
-    top = topk_indices(np.where(outside[:, None, :], score, -np.inf), topk)
-    return o, top, score
-
-
-def check_fa_decode_args(q, k, v, topk, window, sink):
-    """Validate ``fa_decode_topk``'s arguments (shared with the Triton wrapper). Returns q, k, v as arrays."""
-    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    if q.ndim != 3 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q must be (B, Hq, d), k and v (B, S, Hkv, d); got q{q.shape} k{k.shape} v{v.shape}")
-    B, Hq, d = q.shape
-    if k.shape[0] != B or k.shape[3] != d or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"k must be (B={B}, S, Hkv, d={d}) and v (B, S, Hkv, dv) matching it; got k{k.shape} v{v.shape}")
-    S, Hkv = k.shape[1], k.shape[2]
-    if S == 0:
-        raise ValueError("k must hold at least one position (S >= 1)")
-    checks.heads(Hq, Hkv)
-    checks.pos_int("topk", topk)
-    checks.pos_int("window", window)
-    if sink is not None and np.asarray(sink).shape != (Hq,):
-        raise ValueError(f"sink must have shape (Hq={Hq},), got {np.asarray(sink).shape}")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if np.isnan(a).any():
-            raise ValueError(f"{name} contains NaN")
-    return q, k, v
-
-
-@swappable("fa_decode_topk")
-def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
-    """HySparse2's cross FA at decode: exact attention of the query at position S-1 + its top-k outside the window.
-
-    q: (B, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv). Returns o: (B, Hq, dv) (exact attention over all S
-    positions) and idx: (B, Hkv, topk) = the top-k positions in [0, S - window) ranked by the attention probability
-    summed over the group's Hq/Hkv heads (ties -> smaller position, -1 padded).
-    """
-    q, k, v = check_fa_decode_args(q, k, v, topk, window, sink)
-    B, Hq, d = q.shape
-    S, Hkv = k.shape[1], k.shape[2]
-    scale = d ** -0.5 if scale is None else scale
-    q_pos = np.array([S - 1])
-    outs, idxs = [], []
-    for b in range(B):
-        o, top, _ = _fa_rows(q[b][None], k[b], v[b], q_pos, topk, window, scale, sink)
-        outs.append(o[0])
-        idxs.append(top[0])
-    return np.stack(outs).astype(np.result_type(q.dtype, np.float32), copy=False), np.stack(idxs)
-
-
+# ------------------------------------------------------------------------------------------- analysis helpers
 def captured_mass(score: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Share of the FA's score mass on an index set. score: (..., S) (e.g. probabilities); idx: (..., K) -1 padded.
     Returns (...) = Σ_{s∈idx} score_s / Σ_s score_s."""
-    score, idx = np.asarray(score, dtype=np.float64), np.asarray(idx)
+    score = checks.finite_array("score", score).astype(np.float64)
+    if score.ndim < 1 or (score < 0).any():
+        raise ValueError(f"score must be an array (..., S) of non-negative scores, got shape {score.shape}, "
+                         f"min {score.min() if score.size else None}")
+    idx = checks.int_array("idx", idx, lo=-1, hi=score.shape[-1])
     if score.shape[:-1] != idx.shape[:-1]:
         raise ValueError(f"score (..., S) and idx (..., K) must share leading axes, got {score.shape} and {idx.shape}")
     picked = np.where(idx >= 0, np.take_along_axis(score, np.maximum(idx, 0), axis=-1), 0.0).sum(-1)
@@ -347,7 +292,7 @@ def replay_tail(depth: int, width: int) -> int:
     previous ``width - 1`` positions (a window of ``width``, or a short convolution of width ``width``).
 
     Each such layer shrinks the exactly-known range by width - 1: tail = depth * (width - 1) + 1.
-    (33 layers x width 4 -> 100, the seed's "100-token"; HySparse2's cross decoder has depth 0 -> 1.)
+    (33 layers x width 4 -> 100: a stack of width-4 short convolutions; HySparse2's cross decoder has depth 0 -> 1.)
     """
     checks.nonneg_int("depth", depth)
     checks.pos_int("width", width)
@@ -356,6 +301,8 @@ def replay_tail(depth: int, width: int) -> int:
 
 def self_decoder_weight_names(cfg: HySparse2Config) -> list:
     """Weight names a P worker needs: embedding, Self-decoder, bridging projections (no cross queries, no MLPs)."""
+    if not isinstance(cfg, HySparse2Config):
+        raise ValueError(f"cfg must be a HySparse2Config, got {type(cfg).__name__}")
     w = HySparse2.init_weights(cfg)
     return sorted(n for n in w if n == "embed" or n.startswith("self.") or n.startswith("bridge."))
 
@@ -492,13 +439,12 @@ class HySparse2:
             q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
             if T == 1 and q_pos[0] == len(K) - 1 and details is None:   # decode / early exit: the swappable op
                 o, top = fa_decode_topk(q, K[None], V[None], cfg.topk, cfg.window, scale)
+                idx = with_forced_window(top, q_pos, cfg.window)
             else:
-                o, top, score = _fa_rows(q, K, V, q_pos, cfg.topk, cfg.window, scale)
+                o, score = fa_attention(q, K, V, q_pos, scale)
+                idx = forced_window_select(score, q_pos, cfg.window, cfg.topk)
                 if details is not None:
                     details.setdefault("scores", []).append(score)
-            win = q_pos[:, None] - cfg.window + 1 + np.arange(cfg.window)[None, :]
-            idx = np.concatenate([np.broadcast_to(np.where(win >= 0, win, -1)[:, None, :], (T, Hkv, cfg.window)),
-                                  top], axis=-1)
             if details is not None:
                 details.setdefault("idx", []).append(idx)
             h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
@@ -575,8 +521,7 @@ class HySparse2:
         new cache); the input cache is not modified."""
         if self.cfg.cross_swa_window:
             raise ValueError("decode is not supported with cross_swa_window > 0 (no cross window cache)")
-        if not isinstance(token, (int, np.integer)):
-            raise ValueError(f"token must be an integer, got {token!r}")
+        token = checks.int_in("token", token, 0, self.cfg.vocab)
         self.trace = {}
         cache = cache.copy()
         h = self._run_self(checks.tokens("tokens", np.array([token]), self.cfg.vocab), cache)
@@ -585,7 +530,7 @@ class HySparse2:
     def generate(self, prompt, n_new: int, early_exit: bool = True):
         """Greedy generation: prefill then ``n_new - 1`` decode steps. Returns (tokens (n_new,), cache)."""
         checks.pos_int("n_new", n_new)
-        logits, cache = self.prefill(prompt, early_exit=early_exit)
+        logits, cache = self.prefill(checks.tokens("prompt", prompt, self.cfg.vocab), early_exit=early_exit)
         out = [int(np.argmax(logits[-1]))]
         for _ in range(n_new - 1):
             lg, cache = self.decode_step(out[-1], cache)
@@ -603,7 +548,12 @@ def replay_errors(model: HySparse2, tokens, tails=None) -> dict:
     """
     tokens = checks.tokens("tokens", tokens, model.cfg.vocab)
     full, _ = model.prefill(tokens, early_exit=False)
-    tails = np.arange(1, len(tokens) + 1) if tails is None else np.asarray(tails)
+    if tails is None:
+        tails = np.arange(1, len(tokens) + 1)
+    else:
+        tails = checks.int_array("tails", tails, 1, "(n,)", lo=1, hi=len(tokens) + 1)
+        if tails.size == 0:
+            raise ValueError("tails must list at least one replay length R")
     errs = np.array([np.abs(model.prefill(tokens, cross_tail=int(r))[0][-1] - full[-1]).max() for r in tails])
     exact = tails[errs <= 1e-10]
     return {"tails": tails, "errors": errs, "min_exact": int(exact.min()) if exact.size else None}

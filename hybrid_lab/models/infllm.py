@@ -1,6 +1,7 @@
-"""InfLLM-V2 block selection and block-sparse attention (the sparse backbone SparDA builds on).
+"""InfLLM-V2 block selection (the sparse backbone SparDA builds on); the attention over the selected blocks is the
+swappable op ``hybrid_lab.ops.block_sparse.block_sparse_attention``.
 
-For query i of layer l the attended KV blocks are (seed 002, Eq. 1)
+For query i of layer l the attended KV blocks are (SparDA §3.1, Eq. 1)
 
     B_l(i) = B_init ∪ B_local(i) ∪ B_topk(i)
 
@@ -23,51 +24,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.ops.registry import swappable
+from hybrid_lab.core import checks
+from hybrid_lab.core.blocks import softmax_with_sink
+from hybrid_lab.ops.contracts import n_blocks
 from hybrid_lab.ops.sparse_attention import topk_indices
 
 __all__ = [
     "compress_keys", "compressed_spans", "compressed_visible", "group_scores", "block_overlap",
-    "pool_to_blocks", "select_blocks", "infllm_v2_select", "blocks_from_compressed", "block_sparse_attention",
-    "default_q_pos", "n_blocks",
+    "pool_to_blocks", "select_blocks", "infllm_v2_select", "blocks_from_compressed",
 ]
 
 
-def _pos_int(name, value, minimum=1):
-    if not (isinstance(value, (int, np.integer)) and value >= minimum):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _check_window(window, stride):
-    window, stride = _pos_int("window", window), _pos_int("stride", stride)
+    window, stride = checks.pos_int("window", window), checks.pos_int("stride", stride)
     if window < stride:
         raise ValueError(f"window must be >= stride (overlapping or touching windows cover every token), "
                          f"got window={window} < stride={stride}")
     return window, stride
-
-
-def n_blocks(S: int, block_size: int = 64) -> int:
-    """Number of KV blocks covering S tokens (the last one may be partial)."""
-    return -(-int(S) // int(block_size))
-
-
-def default_q_pos(S: int, T: int) -> np.ndarray:
-    """Queries are the last T of S positions: S - T + arange(T)."""
-    return np.arange(S - T, S, dtype=np.int64)
-
-
-def _check_q_pos(q_pos, S, T):
-    if q_pos is None:
-        if T > S:
-            raise ValueError(f"without q_pos the T={T} queries must be the last of S={S} positions (T <= S)")
-        return default_q_pos(S, T)
-    q_pos = np.asarray(q_pos)
-    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer):
-        raise ValueError(f"q_pos must be an integer array of shape (T={T},), got {q_pos.dtype} {q_pos.shape}")
-    if T and (q_pos.min() < 0 or q_pos.max() >= S):
-        raise ValueError(f"q_pos entries must lie in [0, S={S}), got range [{q_pos.min()}, {q_pos.max()}]")
-    return q_pos.astype(np.int64)
 
 
 def compress_keys(k: np.ndarray, window: int = 32, stride: int = 16) -> np.ndarray:
@@ -78,9 +51,7 @@ def compress_keys(k: np.ndarray, window: int = 32, stride: int = 16) -> np.ndarr
     the local blocks cover them), which is how ragged lengths (S not a multiple of the stride) are handled.
     """
     window, stride = _check_window(window, stride)
-    k = np.asarray(k)
-    if k.ndim != 4:
-        raise ValueError(f"k must be 4-D (B, S, Hkv, d), got shape {k.shape}")
+    k = checks.finite_array("k", k, 4, "(B, S, Hkv, d)")
     B, S, H, d = k.shape
     Nc = 0 if S < window else (S - window) // stride + 1
     out_dtype = np.result_type(k.dtype, np.float32)
@@ -96,26 +67,24 @@ def compress_keys(k: np.ndarray, window: int = 32, stride: int = 16) -> np.ndarr
 def compressed_spans(Nc: int, window: int = 32, stride: int = 16):
     """Token span [start, end) summarized by each compressed position: two (Nc,) int arrays."""
     window, stride = _check_window(window, stride)
-    starts = np.arange(Nc, dtype=np.int64) * stride
+    starts = np.arange(checks.nonneg_int("Nc", Nc), dtype=np.int64) * stride
     return starts, starts + window
 
 
 def compressed_visible(q_pos, Nc: int, window: int = 32, stride: int = 16) -> np.ndarray:
     """(T, Nc) bool: compressed position j is visible to a query at q_pos[t] iff its window ended by then."""
     _, ends = compressed_spans(Nc, window, stride)
-    return (ends[None, :] - 1) <= np.asarray(q_pos)[:, None]
+    q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0)
+    return (ends[None, :] - 1) <= q_pos[:, None]
 
 
 def _check_qk(q, kc):
-    q, kc = np.asarray(q), np.asarray(kc)
-    if q.ndim != 4 or kc.ndim != 4:
-        raise ValueError(f"q must be (B, T, Hq, d) and kc (B, Nc, Hkv, d); got q{q.shape} kc{kc.shape}")
+    q = checks.finite_array("q", q, 4, "(B, T, Hq, d)")
+    kc = checks.finite_array("kc", kc, 4, "(B, Nc, Hkv, d)")
     B, T, Hq, d = q.shape
     if kc.shape[0] != B or kc.shape[3] != d:
         raise ValueError(f"kc must be (B={B}, Nc, Hkv, d={d}), got {kc.shape}")
-    Hkv = kc.shape[2]
-    if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"GQA groups mismatch: query heads Hq={Hq} must be a multiple of KV heads Hkv={Hkv}")
+    checks.heads(Hq, kc.shape[2], "Hq (heads of q)", "Hkv (heads of kc)")
     return q, kc
 
 
@@ -131,19 +100,13 @@ def group_scores(q, kc, q_pos=None, S=None, window: int = 32, stride: int = 16, 
     B, T, Hq, d = q.shape
     Nc, Hkv = kc.shape[1], kc.shape[2]
     window, stride = _check_window(window, stride)
-    if S is None:
-        S = max(T, (Nc - 1) * stride + window if Nc else 0)
-    q_pos = _check_q_pos(q_pos, S, T)
+    S = max(T, (Nc - 1) * stride + window if Nc else 0) if S is None else checks.nonneg_int("S", S)
+    q_pos = checks.query_positions(q_pos, T, S)
     G = Hq // Hkv
-    scale = d ** -0.5 if scale is None else scale
+    scale = d ** -0.5 if scale is None else checks.positive_number("scale", scale)
     vis = compressed_visible(q_pos, Nc, window, stride)                      # (T, Nc)
     logits = np.einsum("btgjd,bngd->btgjn", q.reshape(B, T, Hkv, G, d).astype(np.float64), kc) * scale
-    logits = np.where(vis[None, :, None, None, :], logits, -np.inf)
-    m = logits.max(axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(logits - m)
-    den = p.sum(axis=-1, keepdims=True)
-    p = p / np.where(den > 0, den, 1.0)                                      # a query with nothing visible: all 0
+    p = softmax_with_sink(np.where(vis[None, :, None, None, :], logits, -np.inf))   # nothing visible: all 0
     return p.sum(axis=3)                                                      # sum over the G heads of the group
 
 
@@ -154,8 +117,9 @@ def block_overlap(n_blocks_: int, Nc: int, block_size: int = 64, window: int = 3
     empty when hi < lo). With (32, 16) and 64-token blocks each block pools 5 positions (4b-1 .. 4b+3).
     """
     window, stride = _check_window(window, stride)
-    block_size = _pos_int("block_size", block_size)
-    b = np.arange(n_blocks_, dtype=np.int64)
+    block_size = checks.pos_int("block_size", block_size)
+    Nc = checks.nonneg_int("Nc", Nc)
+    b = np.arange(checks.nonneg_int("n_blocks_", n_blocks_), dtype=np.int64)
     lo = np.maximum(0, (b * block_size - window) // stride + 1)              # first j with j·s + l > b·B
     hi = np.minimum(Nc - 1, -(-((b + 1) * block_size) // stride) - 1)        # last j with j·s < (b+1)·B
     return lo, hi
@@ -167,10 +131,10 @@ def pool_to_blocks(scores_c, n_blocks_: int, block_size: int = 64, window: int =
     scores_c: (..., Nc) on the compressed grid (-inf allowed for masked entries). Returns (..., n_blocks):
     block b gets the max over the compressed positions overlapping it; -inf if none exists.
     """
-    scores_c = np.asarray(scores_c, dtype=np.float64)
+    scores_c = checks.finite_array("scores_c", scores_c, allow_neginf=True).astype(np.float64)
     if scores_c.ndim < 1:
         raise ValueError(f"scores_c must have a last axis Nc, got shape {scores_c.shape}")
-    n_blocks_ = _pos_int("n_blocks", n_blocks_, 0)
+    n_blocks_ = checks.nonneg_int("n_blocks_", n_blocks_)
     Nc = scores_c.shape[-1]
     lo, hi = block_overlap(n_blocks_, Nc, block_size, window, stride)
     width = int(max(1, (hi - lo + 1).max(initial=1)))
@@ -190,17 +154,14 @@ def select_blocks(block_scores, q_pos, topk: int, block_size: int = 64, n_init: 
     Returns (B, T, Hkv, n_init + n_local + topk) int64 block ids, ascending, -1 padded at the end; never a
     block that starts after q_pos. topk larger than the candidate blocks (Nb - n_init - n_local) is an error.
     """
-    s = np.asarray(block_scores, dtype=np.float64)
-    if s.ndim != 4:
-        raise ValueError(f"block_scores must be 4-D (B, T, Hkv, Nb), got shape {s.shape}")
+    s = checks.finite_array("block_scores", block_scores, 4, "(B, T, Hkv, Nb)", allow_neginf=True).astype(np.float64)
     Bt, T, H, Nb = s.shape
-    q_pos = np.asarray(q_pos)
-    if q_pos.shape != (T,) or not np.issubdtype(q_pos.dtype, np.integer) or (T and q_pos.min() < 0):
-        raise ValueError(f"q_pos must be a non-negative integer array of shape (T={T},), got {q_pos.dtype} {q_pos.shape}")
-    if T and q_pos.max() // block_size >= Nb:
-        raise ValueError(f"q_pos max {q_pos.max()} lies beyond the Nb={Nb} blocks of {block_size} tokens")
-    topk = _pos_int("topk", topk, 0)
-    n_init, n_local = _pos_int("n_init", n_init, 0), _pos_int("n_local", n_local, 0)
+    block_size = checks.pos_int("block_size", block_size)
+    if q_pos is None:
+        raise ValueError("q_pos must be given: (T,) absolute positions of the queries")
+    q_pos = checks.query_positions(q_pos, T, Nb * block_size)               # the query's block must exist
+    topk = checks.nonneg_int("topk", topk)
+    n_init, n_local = checks.nonneg_int("n_init", n_init), checks.nonneg_int("n_local", n_local)
     n_cand = Nb - n_init - n_local
     if topk > max(n_cand, 0):
         raise ValueError(f"topk={topk} is larger than the candidate blocks: Nb={Nb} minus n_init={n_init} "
@@ -235,6 +196,7 @@ def blocks_from_compressed(scores_c, S: int, q_pos, topk: int, block_size: int =
     Works with summed softmax scores (InfLLM-V2) and with raw logits (SparDA's Forecast: one head, so the
     softmax is monotone and can be skipped; mask invisible positions with -inf, not 0).
     """
+    scores_c = checks.finite_array("scores_c", scores_c, 4, "(B, T, Hkv, Nc)", allow_neginf=True)
     bs = pool_to_blocks(scores_c, n_blocks(S, block_size), block_size, window, stride)
     return select_blocks(bs, q_pos, topk, block_size, n_init, n_local), bs
 
@@ -246,70 +208,14 @@ def infllm_v2_select(q, k, topk: int, block_size: int = 64, window: int = 32, st
     q: (B, T, Hq, d), k: (B, S, Hkv, d). Returns (block_idx (B, T, Hkv, n_init+n_local+topk), block_scores
     (B, T, Hkv, Nb), scores_c (B, T, Hkv, Nc)).
     """
-    q, k = np.asarray(q), np.asarray(k)
-    if k.ndim != 4 or q.ndim != 4:
-        raise ValueError(f"q must be 4-D (B, T, Hq, d) and k (B, S, Hkv, d); got q{q.shape} k{k.shape}")
+    q = checks.finite_array("q", q, 4, "(B, T, Hq, d)")
+    k = checks.finite_array("k", k, 4, "(B, S, Hkv, d)")
     S, T = k.shape[1], q.shape[1]
-    q_pos = _check_q_pos(q_pos, S, T)
+    q_pos = checks.query_positions(q_pos, T, S)
+    checks.pos_int("block_size", block_size)         # fail before the scoring work
     kc = compress_keys(k, window, stride)
     sc = group_scores(q, kc, q_pos, S, window, stride, scale)
     vis = compressed_visible(q_pos, kc.shape[1], window, stride)[None, :, None, :]
     sc_masked = np.where(vis, sc, -np.inf)           # a visible zero-probability key still beats an invisible one
     idx, bs = blocks_from_compressed(sc_masked, S, q_pos, topk, block_size, window, stride, n_init, n_local)
     return idx, bs, sc
-
-
-@swappable("block_sparse_attention")
-def block_sparse_attention(q, k, v, block_idx, block_size=64, scale=None, q_pos=None):
-    """Attention restricted to listed KV blocks: one softmax over the causal tokens of the selected blocks.
-
-    q: (B, T, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv); block_idx: (B, T, Hkv, nb) int block ids, -1
-    padded, unique per row; the Hq // Hkv heads of a group share the group's blocks. Query t reads token s iff
-    s's block is listed and s <= q_pos[t] (default S - T + arange(T)). scale defaults to d**-0.5.
-    A query with no readable token outputs 0. Returns o: (B, T, Hq, dv).
-    """
-    q, k, v, block_idx = np.asarray(q), np.asarray(k), np.asarray(v), np.asarray(block_idx)
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q, k, v must be 4-D (B, T/S, H, d); got q{q.shape} k{k.shape} v{v.shape}")
-    Bt, T, Hq, d = q.shape
-    S, Hkv = k.shape[1], k.shape[2]
-    if k.shape[0] != Bt or k.shape[3] != d or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"k must be (B={Bt}, S, Hkv, d={d}) and v (B, S, Hkv, dv) matching it; got k{k.shape} v{v.shape}")
-    if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"GQA groups mismatch: query heads Hq={Hq} must be a multiple of KV heads Hkv={Hkv}")
-    block_size = _pos_int("block_size", block_size)
-    Nb = n_blocks(S, block_size)
-    if block_idx.ndim != 4 or block_idx.shape[:3] != (Bt, T, Hkv):
-        raise ValueError(f"block_idx must have shape (B={Bt}, T={T}, Hkv={Hkv}, nb), got {block_idx.shape}")
-    if not np.issubdtype(block_idx.dtype, np.integer):
-        raise ValueError(f"block_idx must be an integer array, got dtype {block_idx.dtype}")
-    if block_idx.size and ((block_idx < -1).any() or (block_idx >= Nb).any()):
-        raise ValueError(f"block_idx entries must lie in [-1, Nb={Nb}), got range [{block_idx.min()}, {block_idx.max()}]")
-    srt = np.sort(block_idx, axis=-1)
-    if ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)).any():
-        raise ValueError("block_idx must not repeat a block within one row")
-    q_pos = _check_q_pos(q_pos, S, T)
-    G, dv = Hq // Hkv, v.shape[3]
-    scale = d ** -0.5 if scale is None else scale
-    out_dtype = np.result_type(q.dtype, np.float32)
-    # block list -> (B, T, Hkv, Nb) membership (column Nb absorbs the -1 padding)
-    member = np.zeros((Bt, T, Hkv, Nb + 1), bool)
-    np.put_along_axis(member, np.where(block_idx < 0, Nb, block_idx), True, axis=-1)
-    member = member[..., :Nb]
-    o = np.zeros((Bt, T, Hkv, G, dv), out_dtype)
-    qg = q.reshape(Bt, T, Hkv, G, d)
-    s_ar = np.arange(S)
-    chunk = max(1, int(2 ** 22 // max(1, Bt * Hq * S)))                      # bound the (.., S) logits buffer
-    for t0 in range(0, T, chunk):
-        t1 = min(T, t0 + chunk)
-        tok = np.repeat(member[:, t0:t1], block_size, axis=-1)[..., :S]     # (B, t, Hkv, S)
-        tok &= (s_ar[None, :] <= q_pos[t0:t1, None])[None, :, None, :]
-        logits = np.einsum("btgjd,bsgd->btgjs", qg[:, t0:t1], k) * scale
-        logits = np.where(tok[:, :, :, None, :], logits, -np.inf)
-        m = logits.max(axis=-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0.0)
-        p = np.exp(logits - m)
-        den = p.sum(axis=-1, keepdims=True)
-        p /= np.where(den > 0, den, 1.0)
-        o[:, t0:t1] = np.einsum("btgjs,bsgd->btgjd", p, v)
-    return o.reshape(Bt, T, Hq, dv)

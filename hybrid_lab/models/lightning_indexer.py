@@ -1,12 +1,9 @@
-"""DeepSeek-V3.2's lightning indexer (闪电索引器): score every cached token cheaply, keep the top-k for attention.
+"""Training DeepSeek-V3.2's lightning indexer (闪电索引器): the KL losses, a trainable indexer, recall.
 
-    I[t, s] = Σ_j w[t, j] · ReLU(q[t, j] · k[s])        (j over a few index heads; ONE key k[s] per token)
+The op itself, I[t, s] = Σ_j w[t, j] · ReLU(q[t, j] · k[s]) and its top-k, is ``hybrid_lab.ops.lightning_indexer``
+(swappable with a Triton kernel); here the indexer's q, w, k come from hidden states through trained projections.
 
-q[t, j] (index-head queries) and w[t, j] (head weights) come from the query token's hidden state x_t, k[s] from the
-cached token's hidden state x_s. Few heads, a small dimension and FP8 make it far cheaper per (query, key) pair than
-the main MLA attention, but it still touches every pair: O(L²).
-
-Training (DeepSeek-V3.2 §2.1, as restated in SYLLABUS §04):
+Training (DeepSeek-V3.2 report §2.1):
 
 1. Dense warm-up: main attention stays dense and frozen; the target p[t, :] is the main attention summed over heads
    and L1-normalized; loss Σ_t KL(p[t, :] || softmax(I[t, :])). Its gradient w.r.t. the scores is simply
@@ -22,57 +19,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.ops.registry import swappable
+from hybrid_lab.core import checks
 from hybrid_lab.core.optim import Adam, clip_grad_norm
 from hybrid_lab.core.progress import progress
-from hybrid_lab.ops.sparse_attention import query_positions, topk_indices
-
-
-@swappable("lightning_indexer")
-def lightning_indexer(q, w, k, topk, q_pos=None):
-    """Lightning-indexer scores and the top-k selection (MQA: one index set per query, shared by all its heads).
-
-    q: (B, T, Hi, di) index queries; w: (B, T, Hi) head weights; k: (B, S, di) one shared index key per token;
-    topk: int > 0; q_pos: (T,) absolute query positions, default S - T + arange(T); key s is visible to query t iff
-    s <= q_pos[t] (so q_pos >= S - 1 sees every key).
-    Returns scores: (B, T, S) float, I[t,s] = Σ_j w[t,j]·ReLU(q[t,j]·k[s]), -inf where not visible; and
-    idx: (B, T, topk) int64 = ``topk_indices(scores, topk)`` (descending, ties to the smaller position, -1 padded when
-    fewer than topk keys are visible: topk >= #visible means "all").
-    """
-    q, w, k = np.asarray(q), np.asarray(w), np.asarray(k)
-    if not (isinstance(topk, (int, np.integer)) and topk > 0):
-        raise ValueError(f"topk must be a positive integer, got {topk!r}")
-    if q.ndim != 4:
-        raise ValueError(f"q must be (B, T, Hi, di), got shape {q.shape}")
-    B, T, Hi, di = q.shape
-    if w.shape != (B, T, Hi):
-        raise ValueError(f"w must be (B={B}, T={T}, Hi={Hi}) to match q's index heads, got shape {w.shape}")
-    if k.ndim != 3 or k.shape[0] != B or k.shape[2] != di:
-        raise ValueError(f"k must be (B={B}, S, di={di}) (one shared key per token), got shape {k.shape}")
-    for name, a in (("q", q), ("w", w), ("k", k)):
-        if np.isnan(a).any():
-            raise ValueError(f"{name} contains NaN")
-    S = k.shape[1]
-    pos = query_positions(q_pos, T, S)
-    dtype = np.result_type(q.dtype, w.dtype, k.dtype, np.float32)
-    z = np.einsum("btjd,bsd->btjs", q, k)                               # (B, T, Hi, S) per-head dot products
-    scores = np.einsum("btj,btjs->bts", w, np.maximum(z, 0.0)).astype(dtype, copy=False)
-    visible = np.arange(S)[None, :] <= pos[:, None]                      # (T, S)
-    scores = np.where(visible[None], scores, -np.inf)
-    return scores, topk_indices(scores, topk)
+from hybrid_lab.models.attention_stats import attention_probs
+from hybrid_lab.ops.contracts import indexer_positions
+from hybrid_lab.ops.lightning_indexer import lightning_indexer
+from hybrid_lab.ops.sparse_attention import topk_indices
 
 
 # ---------------------------------------------------------------- losses on the scores (the KL of DeepSeek-V3.2)
 def log_softmax(x, axis=-1):
-    """Numerically stable log-softmax; -inf entries stay -inf (probability 0)."""
-    x = np.asarray(x, dtype=np.float64)
+    """Numerically stable log-softmax; -inf entries stay -inf (probability 0). NaN is refused."""
+    x = checks.array("x", x).astype(np.float64)
+    if np.isnan(x).any():
+        raise ValueError(f"x must not contain NaN, got NaN at index {tuple(int(i) for i in np.argwhere(np.isnan(x))[0])}")
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
 
 
 def _check_scores_target(I, p):
-    I, p = np.asarray(I, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    I = checks.array("I", I, 2, "(T, S)").astype(np.float64)      # +inf allowed: a diverging run gives a NaN loss
+    p = checks.array("p", p, 2, "(T, S)").astype(np.float64)
     if I.ndim != 2 or p.shape != I.shape:
         raise ValueError(f"scores I and target p must both be (T, S), got I{I.shape} p{p.shape}")
     if np.isnan(I).any() or np.isnan(p).any():
@@ -94,7 +63,8 @@ def dense_kl_loss(I, p):
     """Dense warm-up loss Σ_t KL(p[t] || softmax(I[t])) and its gradient w.r.t. I.
 
     I: (T, S) indexer scores (-inf where not visible); p: (T, S) target (rows sum to 1). Returns (loss, dI (T, S)):
-    dI[t] = softmax(I[t]) - p[t] (0 at invisible positions).
+    dI[t] = softmax(I[t]) - p[t] (0 at invisible positions). NaN scores raise; a +inf score (a diverging run's
+    overflow) gives a NaN loss, which ``train_indexer`` reports as divergence.
     """
     I, p = _check_scores_target(I, p)
     logq = log_softmax(I)
@@ -134,8 +104,9 @@ def topk_recall(pred_idx, true_idx) -> float:
 
     pred_idx: (..., Kp), true_idx: (..., K), both -1 padded; rows whose true set is empty are skipped.
     """
-    pred_idx, true_idx = np.asarray(pred_idx), np.asarray(true_idx)
-    if pred_idx.shape[:-1] != true_idx.shape[:-1]:
+    pred_idx = checks.int_array("pred_idx", pred_idx, lo=-1)
+    true_idx = checks.int_array("true_idx", true_idx, lo=-1)
+    if pred_idx.ndim < 1 or pred_idx.shape[:-1] != true_idx.shape[:-1]:
         raise ValueError(f"pred_idx and true_idx must share leading dims, got {pred_idx.shape} and {true_idx.shape}")
     P = pred_idx.reshape(-1, pred_idx.shape[-1])
     Tt = true_idx.reshape(-1, true_idx.shape[-1])
@@ -153,9 +124,12 @@ def score_correlation(I, p) -> np.ndarray:
     I, p: (T, S); only positions where the score is finite and p > 0 count. About +1: same ranking as the main
     attention; negative: the ranking is (mostly) upside down. Returns (T,), NaN for a row with < 2 such positions.
     """
-    I, p = np.asarray(I, dtype=np.float64), np.asarray(p, dtype=np.float64)
-    if I.ndim != 2 or I.shape != p.shape:
+    I = checks.finite_array("I", I, 2, "(T, S)", allow_neginf=True).astype(np.float64)
+    p = checks.finite_array("p", p, 2, "(T, S)").astype(np.float64)
+    if I.shape != p.shape:
         raise ValueError(f"I and p must both be (T, S), got I{I.shape} p{p.shape}")
+    if (p < 0).any():
+        raise ValueError(f"p must be >= 0 (probabilities), got min {p.min():.6g}")
     ok = np.isfinite(I) & (p > 0)
     n = ok.sum(axis=1)
     x = np.where(ok, I, 0.0)
@@ -182,12 +156,13 @@ class LightningIndexer:
 
     def __init__(self, d_model: int, n_heads: int = 4, d_index: int = 16, init_scale: float = 0.02,
                  use_bias: bool = True, bias_init: float = 1.0, seed: int = 0):
-        for name, val in (("d_model", d_model), ("n_heads", n_heads), ("d_index", d_index)):
-            if not (isinstance(val, (int, np.integer)) and val > 0):
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
-        if not (np.isfinite(init_scale) and init_scale > 0):
-            raise ValueError(f"init_scale must be a finite number > 0, got {init_scale!r}")
-        rng = np.random.default_rng(seed)
+        d_model, n_heads, d_index = (checks.pos_int(n, v) for n, v in
+                                     (("d_model", d_model), ("n_heads", n_heads), ("d_index", d_index)))
+        checks.positive_number("init_scale", init_scale)
+        bias_init = checks.finite_number("bias_init", bias_init)
+        if not isinstance(use_bias, (bool, np.bool_)):
+            raise ValueError(f"use_bias must be True or False, got {use_bias!r}")
+        rng = np.random.default_rng(checks.nonneg_int("seed", seed))
         self.d_model, self.n_heads, self.d_index, self.use_bias = d_model, n_heads, d_index, use_bias
         self.params = {
             "Wq": rng.normal(0, init_scale, (d_model, n_heads, d_index)),
@@ -195,15 +170,13 @@ class LightningIndexer:
             "Wk": rng.normal(0, init_scale, (d_model, d_index)),
         }
         if use_bias:
-            self.params["bw"] = np.full(n_heads, float(bias_init))
+            self.params["bw"] = np.full(n_heads, bias_init)
 
     def _check_x(self, x, name):
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != self.d_model:
+        x = checks.finite_array(name, x, 2, f"(n, d_model={self.d_model})")
+        if x.shape[1] != self.d_model:
             raise ValueError(f"{name} must be (n, d_model={self.d_model}), got shape {x.shape}")
-        if np.isnan(x).any():
-            raise ValueError(f"{name} contains NaN")
-        return x
+        return x.astype(np.float64)
 
     def project(self, x_queries, x_keys):
         """x_queries: (T, D), x_keys: (S, D) -> q (T, Hi, di), w (T, Hi), k (S, di)."""
@@ -219,6 +192,19 @@ class LightningIndexer:
         scores, idx = lightning_indexer(q[None], w[None], k[None], topk, q_pos)
         return scores[0], idx[0]
 
+    def _check_batch(self, x_queries, x_keys, p, q_pos, stage, topk):
+        """The arguments of a training step, checked: (xq (T, D), xk (S, D), p (T, S), q_pos (T,))."""
+        if stage not in ("dense", "sparse"):
+            raise ValueError(f"stage must be 'dense' or 'sparse', got {stage!r}")
+        if stage == "sparse":
+            checks.pos_int("topk", topk)                 # the sparse stage's selected set
+        xq, xk = self._check_x(x_queries, "x_queries"), self._check_x(x_keys, "x_keys")
+        T, S = xq.shape[0], xk.shape[0]
+        p = checks.prob_rows("p", p)
+        if p.shape != (T, S):
+            raise ValueError(f"p must be (T={T}, S={S}), got shape {p.shape}")
+        return xq, xk, p, indexer_positions(q_pos, T, S)   # the op's rule: the loss sees what the op scores
+
     def loss_and_grads(self, x_queries, x_keys, p, q_pos=None, stage="dense", topk=None):
         """KL loss (``stage`` "dense" or "sparse") and hand-written gradients for every parameter.
 
@@ -226,14 +212,8 @@ class LightningIndexer:
         Vectorized backward through I = Σ_j w_j ReLU(z_j), z_j = q_j · k:
         dw = Σ_s dI·ReLU(z); dz = dI·w·[z > 0]; dq = dz @ k; dk = Σ_{t,j} dz·q; then the linear maps.
         """
-        if stage not in ("dense", "sparse"):
-            raise ValueError(f"stage must be 'dense' or 'sparse', got {stage!r}")
-        xq, xk = self._check_x(x_queries, "x_queries"), self._check_x(x_keys, "x_keys")
+        xq, xk, p, pos = self._check_batch(x_queries, x_keys, p, q_pos, stage, topk)
         T, S = xq.shape[0], xk.shape[0]
-        p = np.asarray(p, dtype=np.float64)
-        if p.shape != (T, S):
-            raise ValueError(f"p must be (T={T}, S={S}), got shape {p.shape}")
-        pos = query_positions(q_pos, T, S)
         q, w, k = self.project(xq, xk)
         Hi, di = self.n_heads, self.d_index
         qf = q.reshape(T * Hi, di)
@@ -244,8 +224,6 @@ class LightningIndexer:
         if stage == "dense":
             loss, dI = dense_kl_loss(I, p)
         else:
-            if not (isinstance(topk, (int, np.integer)) and topk > 0):
-                raise ValueError(f"the sparse stage needs topk, a positive integer; got {topk!r}")
             loss, dI = sparse_kl_loss(I, p, topk_indices(I, topk))
         dw = (a @ dI[:, :, None])[:, :, 0]                               # (T, Hi)
         dz = (dI[:, None, :] * w[:, :, None] * (z > 0)).reshape(T * Hi, S)
@@ -269,11 +247,11 @@ def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 
     """
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
-    if not (isinstance(steps, (int, np.integer)) and steps > 0):
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    T = np.asarray(x_queries).shape[0]
+    steps, lr = checks.pos_int("steps", steps), checks.positive_number("lr", lr)
+    if clip is not None:
+        checks.positive_number("clip", clip)
+    # bad arguments raise here: inside the loop a ValueError means NaN scores, i.e. a diverged run
+    T = indexer._check_batch(x_queries, x_keys, p, q_pos, stage, topk)[0].shape[0]
     opt = Adam(indexer.params, lr=lr) if optimizer == "adam" else None
     history = {"loss": [], "diverged": False, "steps": 0}
     it = progress(range(steps), total=steps, desc=desc) if show_progress else range(steps)
@@ -306,8 +284,6 @@ def attention_target(q, k, scale=1.0, q_pos=None):
 
     q: (1, T, H, d), k: (1, S, Hkv, d) -> p: (T, S), rows sum to 1.
     """
-    from hybrid_lab.models.attention_stats import attention_probs
-
     pr = attention_probs(q, k, scale=scale, q_pos=q_pos)[0]            # (T, H, S)
     s = pr.sum(axis=1)
     return s / s.sum(axis=-1, keepdims=True)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid_lab.core.blocks import layer_norm
+from hybrid_lab.core import checks
+from hybrid_lab.core.blocks import layer_norm, masked_attention
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,11 @@ class TinyLLMConfig:
 
     def __post_init__(self):
         for name in ("vocab", "d_model", "n_heads", "n_layers", "max_len"):
-            val = getattr(self, name)
-            if not (isinstance(val, (int, np.integer)) and val > 0):
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+            checks.pos_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be a multiple of n_heads={self.n_heads}")
-        if not self.init_std > 0:
-            raise ValueError(f"init_std must be > 0, got {self.init_std}")
+        checks.positive_number("init_std", self.init_std)
+        checks.nonneg_int("seed", self.seed)
 
 
 class TinyLLM:
@@ -50,6 +49,8 @@ class TinyLLM:
     """
 
     def __init__(self, cfg: TinyLLMConfig = TinyLLMConfig()):
+        if not isinstance(cfg, TinyLLMConfig):
+            raise ValueError(f"cfg must be a TinyLLMConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         rng = np.random.default_rng(cfg.seed)
         D, s = cfg.d_model, cfg.init_std
@@ -64,29 +65,21 @@ class TinyLLM:
 
     def forward(self, tokens):
         """tokens: (L,) ints in [0, vocab). Returns logits (L, vocab) and [(q, k, v) per layer], each (1, L, H, dh)."""
-        tokens = np.asarray(tokens)
         cfg = self.cfg
-        if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
-            raise ValueError(f"tokens must be a non-empty 1-D integer array, got shape {tokens.shape} dtype {tokens.dtype}")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab:
-            raise ValueError(f"tokens must lie in [0, vocab={cfg.vocab}), got range [{tokens.min()}, {tokens.max()}]")
+        tokens = checks.tokens("tokens", tokens, cfg.vocab)
         L = tokens.size
         if L > cfg.max_len:
             raise ValueError(f"len(tokens)={L} exceeds max_len={cfg.max_len}")
         H, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
         x = self.tok_emb[tokens] + self.pos_emb[:L]
-        mask = np.triu(np.ones((L, L), dtype=bool), 1)                 # True above the diagonal: the future
+        causal = np.tri(L, dtype=bool)                                 # key s visible to query t iff s <= t
         attn = []
         for lyr in self.layers:
             qkv = layer_norm(x) @ lyr["Wqkv"]
             q, k, v = (a.reshape(L, H, dh) for a in np.split(qkv, 3, axis=-1))
             attn.append((q[None], k[None], v[None]))
-            logits = np.einsum("thd,shd->hts", q, k) / np.sqrt(dh)
-            logits = np.where(mask, -np.inf, logits)
-            p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-            p /= p.sum(axis=-1, keepdims=True)
-            o = np.einsum("hts,shd->thd", p, v).reshape(L, cfg.d_model)
-            x = x + o @ lyr["Wo"]
+            o, _ = masked_attention(q, k, v, causal, dh ** -0.5)
+            x = x + o.reshape(L, cfg.d_model) @ lyr["Wo"]
             x = x + np.maximum(layer_norm(x) @ lyr["W1"], 0.0) @ lyr["W2"]
         return layer_norm(x) @ self.W_out, attn
 
@@ -128,16 +121,12 @@ def concentrated_attention(n_keys: int = 2048, n_queries: int = 128, d_model: in
     """
     for name, val in (("n_keys", n_keys), ("n_queries", n_queries), ("d_model", d_model), ("n_heads", n_heads),
                       ("d_head", d_head), ("rank", rank)):
-        if not (isinstance(val, (int, np.integer)) and val > 0):
-            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        checks.pos_int(name, val)
     if rank > d_model:
         raise ValueError(f"rank must be <= d_model={d_model}, got {rank}")
-    if not (np.isfinite(concentration) and concentration >= 0):
-        raise ValueError(f"concentration must be a finite number >= 0, got {concentration!r}")
-    if not (np.isfinite(noise) and noise >= 0):
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
-    if not (np.isfinite(head_spread) and head_spread >= 0):
-        raise ValueError(f"head_spread must be a finite number >= 0, got {head_spread!r}")
+    for name, val in (("concentration", concentration), ("noise", noise), ("head_spread", head_spread)):
+        checks.nonneg_number(name, val)
+    checks.nonneg_int("seed", seed)
     rng = np.random.default_rng(seed)
     P = rng.standard_normal((rank, d_model)) / np.sqrt(rank)
     x_k = rng.standard_normal((n_keys, rank)) @ P + noise * rng.standard_normal((n_keys, d_model))

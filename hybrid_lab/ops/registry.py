@@ -1,19 +1,27 @@
-"""Backend switch: the numpy core (default) or the Triton kernels of ``gpu_track``.
+"""Backend switch and op registry: the numpy core (default) or the Triton kernels of ``gpu_track``.
 
-Six ops have a Triton kernel with the same signature as their numpy twin (see ``SWAPPABLE_OPS``). A twin is
-declared with ``@swappable("name")``; when the backend is ``"triton"`` the call is forwarded to
-``gpu_track.numpy_api.<name>``, which takes and returns numpy arrays (so notebooks do not change).
+Seven ops (``SWAPPABLE_OPS``) have a numpy implementation in ``hybrid_lab.ops`` and a Triton kernel with the same
+signature. An op is declared with ``@swappable("name")``; every call then runs
+
+    1. ``contracts.check_<name>(*args, **kwargs)``  once: shapes, dtypes, ranges, NaN/inf, index bounds;
+    2. the active backend on the validated arguments: the numpy function itself, or
+       ``gpu_track.numpy_api.<name>`` (numpy in, numpy out, so notebooks do not change).
 
     hybrid_lab.use_backend("triton")          # switch for the rest of the session
     with hybrid_lab.use_backend("triton"):    # or only inside a block
         ...
     HYBRID_LAB_BACKEND=triton jupyter lab     # or from the environment
+
+Each op also carries ``op.check`` (its contract) and ``op.numpy_impl`` (validate, then run numpy, whatever the
+backend: what the kernels are tested against).
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import os
+
+from hybrid_lab.ops import contracts
 
 BACKENDS = ("numpy", "triton")
 SWAPPABLE_OPS = (
@@ -44,9 +52,9 @@ def get_backend() -> str:
 class use_backend:
     """Select the backend. Takes effect immediately; used as a context manager it is restored on exit."""
 
-    def __init__(self, name: str):
+    def __init__(self, backend: str):
         self._previous = _state["backend"]
-        _state["backend"] = _check(name)
+        _state["backend"] = _check(backend)
 
     def __enter__(self):
         return self
@@ -56,28 +64,36 @@ class use_backend:
         return False
 
 
-def _triton_impl(op: str):
+def triton_module():
+    """``gpu_track.numpy_api``, found by name: a plugin lookup, not a static import. ``hybrid_lab`` never imports
+    ``gpu_track`` (which depends only on ``hybrid_lab.ops.contracts``), so the numpy core runs without torch."""
     try:
-        module = importlib.import_module("gpu_track.numpy_api")
+        return importlib.import_module("gpu_track.numpy_api")
     except ImportError as e:  # torch/triton missing: say how to get them
         raise RuntimeError(
             "the triton backend needs torch and triton: pip install -e '.[gpu]' (see README)") from e
-    return getattr(module, op)
 
 
 def swappable(op: str):
-    """Mark a numpy function as the twin of the Triton op ``op`` (same signature, same semantics)."""
+    """Declare ``fn`` as the numpy implementation of the swappable op ``op``: ``fn`` receives the arguments
+    validated by ``contracts.check_<op>`` (same signature, positional, in signature order)."""
     if op not in SWAPPABLE_OPS:
         raise ValueError(f"op must be one of {SWAPPABLE_OPS}, got {op!r}")
+    contract = f"check_{op}"
 
     def wrap(fn):
         @functools.wraps(fn)
         def dispatch(*args, **kwargs):
-            if _state["backend"] == "triton":
-                return _triton_impl(op)(*args, **kwargs)
-            return fn(*args, **kwargs)
+            valid = getattr(contracts, contract)(*args, **kwargs)   # looked up per call: a test can count it
+            impl = getattr(triton_module(), op) if _state["backend"] == "triton" else fn
+            return impl(*valid)
 
-        dispatch.numpy_impl = fn
+        @functools.wraps(fn)
+        def numpy_impl(*args, **kwargs):
+            return fn(*getattr(contracts, contract)(*args, **kwargs))
+
+        dispatch.numpy_impl = numpy_impl
+        dispatch.check = getattr(contracts, contract)
         dispatch.op_name = op
         return dispatch
 

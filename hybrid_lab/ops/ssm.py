@@ -14,63 +14,18 @@ Mamba-1 (the lecture's form, diagonal A per channel)::
 Mamba-2 (scalar decay per head, ``ssd_scan`` / ``ssd_chunked``): A is one number per head, so the intra-chunk step
 is a masked matrix product ``(C Bᵀ ⊙ L) (Δ x)`` with ``L[t, s] = exp(c_t - c_s)`` for s ≤ t: tensor-core work.
 
-Shapes: Bt batch, L length, Dm channels, N state size, H heads, P head dim.
+Shapes: Bt batch, L length, Dm channels, N state size, H heads, P head dim. Every entry point checks its arguments
+with the contract of its swappable op (``hybrid_lab.ops.contracts``): A <= 0, Δ >= 0, no NaN or inf anywhere (one
+inf at step 5 would otherwise leak NaN into steps 0-4 of a chunk through the masked weights).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from hybrid_lab.core import checks
 from hybrid_lab.core.blocks import softplus
+from hybrid_lab.ops.contracts import check_selective_scan, check_ssd_chunked, float_dtype
 from hybrid_lab.ops.registry import swappable
-
-
-# ----------------------------------------------------------------------------------------------- validation helpers
-def _arr(name, a, ndim=None, shape=None):
-    a = np.asarray(a)
-    if ndim is not None and a.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D {shape or ''}, got shape {a.shape}")
-    if a.dtype.kind not in "fiu":
-        raise ValueError(f"{name} must be a real numeric array, got dtype {a.dtype}")
-    if a.dtype.kind == "f" and np.isnan(a).any():
-        raise ValueError(f"{name} contains NaN")
-    return a
-
-
-def _chunk(chunk_size):
-    if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    return int(chunk_size)
-
-
-def _ftype(*arrays):
-    return np.result_type(np.float32, *[a.dtype for a in arrays if a is not None])
-
-
-def _check_mamba1(x, dt, A, B, C, D, h0):
-    x = _arr("x", x, 3, "(Bt, L, Dm)")
-    Bt, L, Dm = x.shape
-    dt = _arr("dt", dt, 3)
-    if dt.shape != x.shape:
-        raise ValueError(f"dt must have the shape of x {x.shape}, got {dt.shape}")
-    if (dt < 0).any():
-        raise ValueError("dt must be >= 0 (pass softplus(x W_Δ + b))")
-    A = _arr("A", A, 2, "(Dm, N)")
-    if A.shape[0] != Dm:
-        raise ValueError(f"A must have shape (Dm={Dm}, N), got {A.shape}")
-    N = A.shape[1]
-    B = _arr("B", B, 3)
-    C = _arr("C", C, 3)
-    if B.shape != (Bt, L, N) or C.shape != (Bt, L, N):
-        raise ValueError(f"B and C must have shape (Bt={Bt}, L={L}, N={N}), got B{B.shape} C{C.shape}")
-    if D is not None:
-        D = _arr("D", D, 1)
-        if D.shape != (Dm,):
-            raise ValueError(f"D must have shape (Dm={Dm},), got {D.shape}")
-    if h0 is not None:
-        h0 = _arr("h0", h0, 3)
-        if h0.shape != (Bt, Dm, N):
-            raise ValueError(f"h0 must have shape (Bt={Bt}, Dm={Dm}, N={N}), got {h0.shape}")
-    return x, dt, A, B, C, D, h0
 
 
 # ----------------------------------------------------------------------------------------------- Mamba-1
@@ -80,9 +35,10 @@ def init_ssm(d_model: int, d_state: int, seed: int = 0, dtype="float64") -> dict
     A uses the S4D-real initialization ``A[d, n] = -(n + 1)`` (every channel gets decay rates 1..N); ``b`` is set so
     that Δ starts in [1e-3, 1e-1] as in Mamba.
     """
-    if d_model <= 0 or d_state <= 0:
-        raise ValueError(f"d_model and d_state must be positive, got {d_model}, {d_state}")
-    rng = np.random.default_rng(seed)
+    d_model, d_state = checks.pos_int("d_model", d_model), checks.pos_int("d_state", d_state)
+    rng = np.random.default_rng(checks.nonneg_int("seed", seed))
+    if dtype not in ("float16", "float32", "float64", np.float16, np.float32, np.float64):
+        raise ValueError(f"dtype must be 'float16', 'float32' or 'float64', got {dtype!r}")
     dt0 = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), d_model))
     p = {
         "W_delta": rng.normal(0, d_model ** -0.5, (d_model, d_model)),
@@ -97,7 +53,14 @@ def init_ssm(d_model: int, d_state: int, seed: int = 0, dtype="float64") -> dict
 
 def ssm_inputs(p: dict, x):
     """The selective parameters from the input: x: (..., Dm) -> dt (..., Dm), B (..., N), C (..., N)."""
-    x = np.asarray(x)
+    if not isinstance(p, dict) or not {"W_delta", "b_delta", "W_B", "W_C"} <= p.keys():
+        raise ValueError("p must be the parameters of init_ssm (a dict with W_delta, b_delta, W_B, W_C)")
+    for k in ("W_delta", "b_delta", "W_B", "W_C"):
+        checks.finite_array(f"p[{k!r}]", p[k], 1 if k == "b_delta" else 2)
+    Dm = p["W_delta"].shape[0]
+    x = checks.finite_array("x", x)
+    if x.ndim < 1 or x.shape[-1] != Dm:
+        raise ValueError(f"x must have shape (..., Dm={Dm}), got {x.shape}")
     dt = softplus(x @ p["W_delta"] + p["b_delta"])
     return dt, x @ p["W_B"], x @ p["W_C"]
 
@@ -106,17 +69,14 @@ def ssm_inputs(p: dict, x):
 def selective_scan_step(x, dt, A, B, C, D, h):
     """One decode step. x, dt: (Bt, Dm); A: (Dm, N); B, C: (Bt, N); D: (Dm,) or None; h: (Bt, Dm, N).
 
-    Returns (y: (Bt, Dm), h_new: (Bt, Dm, N)).
+    Returns (y: (Bt, Dm), h_new: (Bt, Dm, N)): y in ``float_dtype`` of all inputs, h_new of all but D.
     """
-    x, dt, A, B, C, D, h = _check_mamba1(
-        np.asarray(x)[:, None], np.asarray(dt)[:, None], A, np.asarray(B)[:, None], np.asarray(C)[:, None], D,
-        np.asarray(h))
-    x, dt, B, C = x[:, 0], dt[:, 0], B[:, 0], C[:, 0]
+    y_dt, h_dt = float_dtype(x, dt, A, B, C, D, h), float_dtype(x, dt, A, B, C, h)
     h = np.exp(dt[:, :, None] * A) * h + (dt * x)[:, :, None] * B[:, None, :]
     y = np.einsum("bdn,bn->bd", h, C)
     if D is not None:
         y = y + D * x
-    return y, h
+    return y.astype(y_dt, copy=False), h.astype(h_dt, copy=False)
 
 
 def ssm_scan(x, dt, A, B, C, D=None, h0=None, return_states=False):
@@ -124,9 +84,9 @@ def ssm_scan(x, dt, A, B, C, D=None, h0=None, return_states=False):
 
     Returns (y (Bt, L, Dm), h_last (Bt, Dm, N)) and, with ``return_states``, all states (Bt, L, Dm, N).
     """
-    x, dt, A, B, C, D, h0 = _check_mamba1(x, dt, A, B, C, D, h0)
+    x, dt, A, B, C, D, h0, _ = check_selective_scan(x, dt, A, B, C, D, h0)
     Bt, L, Dm = x.shape
-    ft = _ftype(x, dt, A, B, C)
+    ft = float_dtype(x, dt, A, B, C)
     h = np.zeros((Bt, Dm, A.shape[1]), ft) if h0 is None else h0.astype(ft)
     ys, hs = np.empty((Bt, L, Dm), ft), []
     for t in range(L):
@@ -152,11 +112,14 @@ def ssm_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64, return_boundarie
     A length that is not a multiple of ``chunk_size`` ends with a shorter chunk.
     With ``return_boundaries`` also returns {position: state (Bt, Dm, N)} at every chunk end (the free snapshots).
     """
-    x, dt, A, B, C, D, h0 = _check_mamba1(x, dt, A, B, C, D, h0)
-    Q = _chunk(chunk_size)
+    return _chunked_scan(*check_selective_scan(x, dt, A, B, C, D, h0, chunk_size), return_boundaries)
+
+
+def _chunked_scan(x, dt, A, B, C, D, h0, Q, return_boundaries=False):
+    """``ssm_chunked`` on validated arguments (Q = chunk size)."""
     Bt, L, Dm = x.shape
     N = A.shape[1]
-    ft = _ftype(x, dt, A, B, C)
+    ft = float_dtype(x, dt, A, B, C)
     h = np.zeros((Bt, Dm, N), ft) if h0 is None else h0.astype(ft)
     y = np.empty((Bt, L, Dm), ft)
     bounds = {}
@@ -183,45 +146,18 @@ def ssm_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64, return_boundarie
 def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
     """Mamba-1 selective scan for prefill (chunked). x, dt: (Bt, L, Dm); A: (Dm, N); B, C: (Bt, L, N); D: (Dm,);
     h0: (Bt, Dm, N). Returns (y: (Bt, L, Dm), h_last: (Bt, Dm, N)). Twin of ``gpu_track``'s kernel."""
-    return ssm_chunked(x, dt, A, B, C, D, h0, chunk_size)
+    return _chunked_scan(x, dt, A, B, C, D, h0, chunk_size)
 
 
 # ----------------------------------------------------------------------------------------------- Mamba-2 (SSD)
-def _check_mamba2(x, dt, A, B, C, D, h0):
-    x = _arr("x", x, 4, "(Bt, L, H, P)")
-    Bt, L, H, P = x.shape
-    dt = _arr("dt", dt, 3)
-    if dt.shape != (Bt, L, H):
-        raise ValueError(f"dt must have shape (Bt={Bt}, L={L}, H={H}), got {dt.shape}")
-    if (dt < 0).any():
-        raise ValueError("dt must be >= 0")
-    A = _arr("A", A, 1)
-    if A.shape != (H,):
-        raise ValueError(f"A must have shape (H={H},) (one scalar decay per head), got {A.shape}")
-    B = _arr("B", B, 3)
-    C = _arr("C", C, 3)
-    if B.shape[:2] != (Bt, L) or C.shape != B.shape:
-        raise ValueError(f"B and C must have shape (Bt={Bt}, L={L}, N), got B{B.shape} C{C.shape}")
-    N = B.shape[2]
-    if D is not None:
-        D = _arr("D", D, 1)
-        if D.shape != (H,):
-            raise ValueError(f"D must have shape (H={H},), got {D.shape}")
-    if h0 is not None:
-        h0 = _arr("h0", h0, 4)
-        if h0.shape != (Bt, H, P, N):
-            raise ValueError(f"h0 must have shape (Bt={Bt}, H={H}, P={P}, N={N}), got {h0.shape}")
-    return x, dt, A, B, C, D, h0
-
-
 def ssd_scan(x, dt, A, B, C, D=None, h0=None):
     """Mamba-2 reference recurrence: h_t = exp(Δ_t A_h) h_{t-1} + Δ_t x_t ⊗ B_t; y_t = h_t C_t + D_h x_t.
 
     x: (Bt, L, H, P); dt: (Bt, L, H); A: (H,); B, C: (Bt, L, N); h: (Bt, H, P, N).
     """
-    x, dt, A, B, C, D, h0 = _check_mamba2(x, dt, A, B, C, D, h0)
+    x, dt, A, B, C, D, h0, _ = check_ssd_chunked(x, dt, A, B, C, D, h0)
     Bt, L, H, P = x.shape
-    ft = _ftype(x, dt, A, B, C)
+    ft = float_dtype(x, dt, A, B, C)
     h = np.zeros((Bt, H, P, B.shape[2]), ft) if h0 is None else h0.astype(ft)
     y = np.empty(x.shape, ft)
     for t in range(L):
@@ -242,11 +178,10 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
 
     Shapes as ``ssd_scan``. Returns (y: (Bt, L, H, P), h_last: (Bt, H, P, N)).
     """
-    x, dt, A, B, C, D, h0 = _check_mamba2(x, dt, A, B, C, D, h0)
-    Q = _chunk(chunk_size)
+    Q = chunk_size
     Bt, L, H, P = x.shape
     N = B.shape[2]
-    ft = _ftype(x, dt, A, B, C)
+    ft = float_dtype(x, dt, A, B, C)
     h = np.zeros((Bt, H, P, N), ft) if h0 is None else h0.astype(ft)
     y = np.empty(x.shape, ft)
     for s0 in range(0, L, Q):
@@ -268,14 +203,6 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
 
 
 # ----------------------------------------------------------------------------------------------- sizes and intuition
-def ssm_state_bytes(d_inner: int, d_state: int, n_layers: int = 1, bytes_per_elem: int = 4) -> int:
-    """Bytes of the recurrent state: n_layers · d_inner · d_state elements, independent of sequence length."""
-    for name, v in (("d_inner", d_inner), ("d_state", d_state), ("n_layers", n_layers), ("bytes_per_elem", bytes_per_elem)):
-        if v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
-    return int(n_layers * d_inner * d_state * bytes_per_elem)
-
-
 def survival(dt, A, length: int, token: int = 0):
     """How much of token ``token``'s contribution is still in the state after each later step.
 
@@ -283,15 +210,16 @@ def survival(dt, A, length: int, token: int = 0):
     array of per-step Δ (length ``length``) to show selectivity: Δ ≈ 0 on a step means "skip this token".
     Returns (length,) with zeros before ``token``.
     """
-    if length < 0:
-        raise ValueError(f"length must be >= 0, got {length}")
-    if not 0 <= token < max(length, 1):
-        raise ValueError(f"token must lie in [0, length={length}), got {token}")
-    if np.isnan(A) or A > 0:
+    length = checks.nonneg_int("length", length)
+    token = checks.int_in("token", token, 0, max(length, 1))
+    if checks.finite_number("A", A) > 0:
         raise ValueError(f"A must be <= 0 (a decay rate), got {A}")
-    dts = np.broadcast_to(np.asarray(dt, dtype=np.float64), (length,))
-    if (dts < 0).any() or np.isnan(dts).any():
-        raise ValueError("dt must be >= 0 and not NaN")
+    dts = checks.finite_array("dt", dt).astype(np.float64)
+    if dts.ndim > 1 or dts.size not in (1, length):
+        raise ValueError(f"dt must be a number or a (length={length},) array, got shape {dts.shape}")
+    if (dts < 0).any():
+        raise ValueError(f"dt must be >= 0 (a step size), got min {dts.min()}")
+    dts = np.broadcast_to(dts.reshape(-1), (length,))
     logf = np.concatenate([[0.0], np.cumsum(dts[token + 1:] * A)])
     out = np.zeros(length)
     out[token:] = np.exp(logf)

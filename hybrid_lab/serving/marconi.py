@@ -1,16 +1,12 @@
-"""Marconi's FLOP-aware eviction and the bootstrap replay that tunes α (seed 003 §4.3).
+"""Marconi's α, tuned online by bootstrap replay (Marconi §4.2; lecture 10 §4.3), and :func:`simulate`, one call to
+replay a trace through a policy.
 
-Score of a cached node n (the lowest is evicted)::
-
-    S(n) = recency(n) + α · flop_efficiency(n),     both min-max normalized to [0, 1] over the current nodes
-    flop_efficiency(n) = FLOPs saved by reusing n, relative to its parent / bytes n holds (KV + state)
-
-α = 0 is LRU. Why it matters for hybrids: a Transformer's KV bytes grow with the FLOPs they save, so recency is
-enough; an SSM state has a fixed size, so a long prefix saves many more FLOPs per byte than a short one.
-
-α is tuned online: run LRU until the first eviction (n0 requests), keep LRU for a bootstrap window of
-``bootstrap`` × n0 more requests while recording them, then replay the window from the cache as it was at its start
-once per α of a grid, in parallel processes; the α with the best token hit rate wins (ties go to the smaller α).
+The eviction score S = recency + α · FLOP efficiency is in :mod:`hybrid_lab.serving.eviction`; the cache that uses
+it in :mod:`hybrid_lab.serving.radix_cache`. α = 0 is LRU, and no α is best for every workload, so Marconi picks it
+from the workload itself: run LRU until the first eviction (n0 requests), keep LRU for a bootstrap window of
+``bootstrap`` × n0 more requests (Marconi: 5-15) while recording them, then replay the window from the cache as it
+was at its start once per α of a grid, in parallel processes; the α with the best token hit rate wins (ties go to
+the smaller α, so LRU when nothing helps).
 """
 from __future__ import annotations
 
@@ -18,40 +14,21 @@ import multiprocessing as mp
 
 import numpy as np
 
+from hybrid_lab.core.checks import nonneg_number, pos_int, positive_number
+from hybrid_lab.core.progress import progress
+from hybrid_lab.serving.radix_cache import POLICIES, RadixCache, SimResult, check_block, make_cache
+from hybrid_lab.serving.workloads import Request, validate_trace
+
 DEFAULT_ALPHAS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
-def normalize(x) -> np.ndarray:
-    """Min-max to [0, 1] (all zeros when x is constant). x: (n,)."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.size == 0:
-        return x
-    lo, hi = x.min(), x.max()
-    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
-
-
-def flop_efficiency(saved_flops, nbytes) -> np.ndarray:
-    """FLOPs saved per byte held; a node holding no bytes gets 0 (it costs nothing to keep)."""
-    saved = np.asarray(saved_flops, dtype=np.float64)
-    nbytes = np.asarray(nbytes, dtype=np.float64)
-    if saved.shape != nbytes.shape:
-        raise ValueError(f"saved_flops {saved.shape} and nbytes {nbytes.shape} must have the same shape")
-    if (nbytes < 0).any():
-        raise ValueError("nbytes must be >= 0")
-    return np.divide(saved, nbytes, out=np.zeros_like(saved), where=nbytes > 0)
-
-
-def eviction_scores(last_access, saved_flops, nbytes, alpha: float) -> np.ndarray:
-    """Marconi's score per node: normalized recency + α · normalized FLOP efficiency (lowest evicted first).
-
-    last_access, saved_flops, nbytes: (n,) over the current nodes; alpha >= 0.
-    """
-    if not (np.isscalar(alpha) and np.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-    t = np.asarray(last_access, dtype=np.float64)
-    if t.shape != np.shape(saved_flops):
-        raise ValueError(f"last_access {t.shape} and saved_flops {np.shape(saved_flops)} must have the same shape")
-    return normalize(t) + alpha * normalize(flop_efficiency(saved_flops, nbytes))
+def _check_alphas(alphas) -> list:
+    if isinstance(alphas, (str, bytes)) or not hasattr(alphas, "__iter__"):
+        raise ValueError(f"alphas must be a non-empty list of numbers >= 0, got {alphas!r}")
+    alphas = [nonneg_number(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
+    if not alphas:
+        raise ValueError("alphas must be a non-empty list of numbers >= 0, got an empty list")
+    return alphas
 
 
 # ------------------------------------------------------------------------------------------------- α by replay
@@ -66,18 +43,24 @@ def _replay_one(alpha: float) -> float:
     return hit / max(1, sum(r.n_input for r in window))
 
 
-def tune_alpha(snapshot, window, alphas=DEFAULT_ALPHAS, processes: int = 2):
-    """Replay ``window`` (requests) from a copy of ``snapshot`` (a RadixCache) once per α.
+def tune_alpha(snapshot: RadixCache, window, alphas=DEFAULT_ALPHAS, processes: int = 2):
+    """Replay ``window`` (a non-empty list of Requests) from a copy of ``snapshot`` once per α of ``alphas``.
 
     Returns (best α, {α: token hit rate}); ties go to the smaller α (α = 0, LRU, when nothing helps).
     ``processes`` > 1 replays in parallel worker processes (fork), 1 replays in this process.
     """
-    alphas = [float(a) for a in alphas]
-    if not alphas or any(not (np.isfinite(a) and a >= 0) for a in alphas):
-        raise ValueError(f"alphas must be a non-empty list of numbers >= 0, got {alphas}")
-    if not (isinstance(processes, (int, np.integer)) and processes >= 1):
-        raise ValueError(f"processes must be an integer >= 1, got {processes!r}")
+    if not isinstance(snapshot, RadixCache):
+        raise ValueError(f"snapshot must be a RadixCache, got {type(snapshot).__name__}")
+    alphas = _check_alphas(alphas)
+    processes = pos_int("processes", processes)
+    if isinstance(window, (str, bytes)) or not hasattr(window, "__iter__"):
+        raise ValueError(f"window must be a list of Requests, got {type(window).__name__}")
     window = list(window)
+    if not window:
+        raise ValueError("window must hold at least one request, got an empty list")
+    for i, r in enumerate(window):
+        if not isinstance(r, Request):
+            raise ValueError(f"window[{i}] must be a Request, got {type(r).__name__}")
     _REPLAY.update(snap=snapshot, window=window)
     try:
         if processes > 1 and len(alphas) > 1 and "fork" in mp.get_all_start_methods():
@@ -92,25 +75,25 @@ def tune_alpha(snapshot, window, alphas=DEFAULT_ALPHAS, processes: int = 2):
     return best, scores
 
 
-def run_marconi_auto(trace, capacity, model=None, bootstrap: float = 5.0, alphas=None, processes: int = 2,
-                     score_fn=None, progress_desc=None):
+def run_marconi_auto(trace, capacity: float, model=None, bootstrap: float = 5.0, alphas=None, processes: int = 2,
+                     score_fn=None, progress_desc: str | None = None) -> SimResult:
     """Serve a trace with Marconi, tuning α online by bootstrap replay. Returns a SimResult whose ``alpha`` is the
-    chosen α and ``alpha_scores`` the replay hit rate per α (empty if the trace ended before tuning)."""
-    from hybrid_lab.serving.radix_cache import RadixCache, SimResult
-    from hybrid_lab.serving.workloads import validate_trace
+    chosen α and ``alpha_scores`` the replay hit rate per α (empty if the trace ended before tuning);
+    ``stats["bootstrap_window"]`` = (first, last + 1) request of the replayed window.
 
-    if not (np.isscalar(bootstrap) and bootstrap > 0):
-        raise ValueError(f"bootstrap must be > 0 (Marconi uses 5-15), got {bootstrap!r}")
+    capacity: bytes; bootstrap > 0: the window's length in units of the requests before the first eviction;
+    alphas: the grid (default :data:`DEFAULT_ALPHAS`); processes >= 1: replay workers.
+    """
+    bootstrap = positive_number("bootstrap", bootstrap)
+    alphas = _check_alphas(DEFAULT_ALPHAS if alphas is None else alphas)
+    processes = pos_int("processes", processes)
     trace = validate_trace(trace)
-    alphas = DEFAULT_ALPHAS if alphas is None else alphas
+    if progress_desc is not None and not isinstance(progress_desc, str):
+        raise ValueError(f"progress_desc must be a string or None, got {progress_desc!r}")
     cache = RadixCache(capacity, model, alpha=0.0, score_fn=score_fn, policy="marconi")
     hits = np.zeros(len(trace), np.int64)
     phase, start, stop, snap, scores = "warmup", 0, 0, None, {}
-    it = trace
-    if progress_desc:
-        from hybrid_lab.core.progress import progress
-        it = progress(trace, desc=progress_desc)
-    for i, r in enumerate(it):
+    for i, r in enumerate(progress(trace, desc=progress_desc) if progress_desc else trace):
         ev = cache.stats["evictions"]
         hits[i] = cache.serve(r)
         if phase == "warmup" and cache.stats["evictions"] > ev:
@@ -125,3 +108,26 @@ def run_marconi_auto(trace, capacity, model=None, bootstrap: float = 5.0, alphas
     res = SimResult.from_run(cache, trace, hits, alpha_scores=scores)
     res.stats["bootstrap_window"] = (start, stop)
     return res
+
+
+# ------------------------------------------------------------------------------------------------- one call
+def simulate(trace, policy: str = "marconi", capacity: float = 50e9, model=None, alpha="auto", block: int = 32,
+             bootstrap: float = 5.0, alphas=None, processes: int = 2, score_fn=None,
+             progress_desc: str | None = None) -> SimResult:
+    """Replay a trace through one policy ("vllm+", "sglang+", "marconi") at ``capacity`` bytes.
+
+    For "marconi", ``alpha="auto"`` tunes α by bootstrap replay (:func:`run_marconi_auto`, with ``bootstrap``,
+    ``alphas``, ``processes``); a number >= 0 fixes it. The other policies ignore ``alpha``.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if isinstance(alpha, str) and alpha != "auto":
+        raise ValueError(f"alpha must be a number >= 0 or 'auto', got {alpha!r}")
+    check_block(block)
+    if policy == "marconi" and alpha == "auto":
+        return run_marconi_auto(trace, capacity, model=model, bootstrap=bootstrap, alphas=alphas,
+                                processes=processes, score_fn=score_fn, progress_desc=progress_desc)
+    trace = validate_trace(trace)
+    cache = make_cache(policy, capacity, model, alpha=0.0 if isinstance(alpha, str) else alpha, block=block,
+                       score_fn=score_fn)
+    return cache.serve_trace(trace, progress_desc=progress_desc)

@@ -1,4 +1,4 @@
-"""A roofline-style simulator of decode with the KV cache offloaded to CPU memory (seed 002, Secs. 4.3, 5.3).
+"""A roofline-style simulator of decode with the KV cache offloaded to CPU memory (SparDA §4.3, §5.3).
 
 Per layer and decode step, with the block-sparse backbone (64-token blocks, init + local + top-k):
 
@@ -8,7 +8,7 @@ Per layer and decode step, with the block-sparse backbone (64-token blocks, init
 where the overlapped transfer is issued one layer early (the Forecast of layer l selects layer l+1's blocks),
 runs on resident copy CTAs that take SMs away from compute (t_compute' > t_compute), and only moves blocks that
 are newly selected and not already on the GPU (the previous step's blocks stay cached). The first layer's KV
-stays on the GPU. This is the seed's teaching approximation, not the paper's performance model: it predicts
+stays on the GPU. This is a teaching approximation (the lab's), not the paper's performance model: it predicts
 directions (who wins when), not the paper's absolute tokens/s.
 
 Hardware numbers in the presets are nominal spec-sheet values chosen by us (not from the paper); ``efficiency``
@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from hybrid_lab.core import checks
 
 __all__ = [
     "Hardware", "H100", "A100", "ModelSpec", "MINICPM_8B", "LayerTimes", "serial_layer_time",
@@ -43,16 +45,17 @@ class Hardware:
 
     def __post_init__(self):
         for f in ("hbm_bw", "pcie_bw", "flops", "hbm_bytes"):
-            if not getattr(self, f) > 0:
-                raise ValueError(f"Hardware.{f} must be > 0, got {getattr(self, f)!r}")
-        if not (isinstance(self.n_sms, (int, np.integer)) and self.n_sms > 0):
-            raise ValueError(f"Hardware.n_sms must be a positive integer, got {self.n_sms!r}")
-        if not 0 < self.efficiency <= 1:
-            raise ValueError(f"Hardware.efficiency must lie in (0, 1], got {self.efficiency!r}")
+            checks.positive_number(f"Hardware.{f}", getattr(self, f))
+        checks.pos_int("Hardware.n_sms", self.n_sms, minimum=2)          # at least one SM computes beside a copy CTA
+        checks.positive_number("Hardware.efficiency", self.efficiency)
+        checks.number_in("Hardware.efficiency", self.efficiency, 0.0, 1.0)
+        checks.nonneg_number("Hardware.launch_s", self.launch_s)
+        checks.nonneg_number("Hardware.sync_s", self.sync_s)
+        checks.nonneg_int("Hardware.cta_half", self.cta_half)
 
     def copy_bw(self, ctas: int) -> float:
         """Host->device bandwidth reached by `ctas` resident copy CTAs: saturating, c / (c + cta_half)."""
-        ctas = _check_ctas(ctas, self)
+        ctas = checks.int_in("ctas", ctas, 1, self.n_sms)
         return self.pcie_bw * ctas / (ctas + self.cta_half)
 
 
@@ -83,6 +86,19 @@ class ModelSpec:
     bytes_per: int = 2
     churn: float = 0.1             # fraction of the top-k blocks that are new at each step (assumption)
     reserve_bytes: float = 10e9    # CUDA context, allocator slack, activations, prefill workspace (assumption)
+
+    def __post_init__(self):
+        for f in ("n_layers", "d_model", "n_q_heads", "n_kv_heads", "d_head", "d_ff", "vocab", "block", "window",
+                  "stride", "bytes_per"):
+            checks.pos_int(f"ModelSpec.{f}", getattr(self, f))
+        for f in ("n_init", "n_local", "topk"):
+            checks.nonneg_int(f"ModelSpec.{f}", getattr(self, f))
+        checks.heads(self.n_q_heads, self.n_kv_heads, "ModelSpec.n_q_heads", "ModelSpec.n_kv_heads")
+        if self.stride > self.window:
+            raise ValueError(f"ModelSpec.stride={self.stride} must be <= window={self.window} "
+                             f"(windows cover every token)")
+        checks.number_in("ModelSpec.churn", self.churn, 0.0, 1.0)
+        checks.nonneg_number("ModelSpec.reserve_bytes", self.reserve_bytes)
 
     @property
     def kv_token_layer(self) -> int:
@@ -116,17 +132,17 @@ MINICPM_8B = ModelSpec()
 METHODS = ("Sparse†", "Sparse", "SparDA (no prefetch)", "SparDA")
 
 
-def _check_ctas(ctas, hw):
-    if not (isinstance(ctas, (int, np.integer)) and 1 <= ctas < hw.n_sms):
-        raise ValueError(f"ctas must be an integer in [1, n_sms={hw.n_sms}), got {ctas!r}")
-    return int(ctas)
+def _hw_m(hw, m=None):
+    if not isinstance(hw, Hardware):
+        raise ValueError(f"hw must be a Hardware (e.g. H100), got {type(hw).__name__}")
+    if m is not None and not isinstance(m, ModelSpec):
+        raise ValueError(f"m must be a ModelSpec (e.g. MINICPM_8B), got {type(m).__name__}")
 
 
-def _check_bc(batch, context):
-    if not (isinstance(batch, (int, np.integer)) and batch >= 1):
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
-    if not (isinstance(context, (int, np.integer)) and context >= 1):
-        raise ValueError(f"context must be an integer >= 1 (tokens), got {context!r}")
+def _method(method):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return method
 
 
 @dataclass(frozen=True)
@@ -147,15 +163,28 @@ class LayerTimes:
     sync: float
     new_blocks: float
 
+    def __post_init__(self):
+        for f in ("sel", "forecast_sel", "transfer", "transfer_serial", "compute", "compute_shared", "sync",
+                  "new_blocks"):                  # new_blocks: an expected count (churn x top-k), so a real number
+            checks.nonneg_number(f"LayerTimes.{f}", getattr(self, f))
+
+
+def _times(t) -> LayerTimes:
+    if not isinstance(t, LayerTimes):
+        raise ValueError(f"t must be a LayerTimes (layer_times(...)), got {type(t).__name__}")
+    return t
+
 
 def serial_layer_time(t: LayerTimes) -> float:
     """Sparse with offload: select, then copy, then compute, one after the other."""
+    t = _times(t)
     return t.sel + t.transfer_serial + t.compute
 
 
 def overlapped_layer_time(t: LayerTimes) -> float:
     """SparDA: forecast + select, then the copy of the next layer's new blocks runs beside this layer's compute
     (on SMs taken from it), then the streams sync."""
+    t = _times(t)
     return t.forecast_sel + max(t.transfer, t.compute_shared) + t.sync
 
 
@@ -163,13 +192,12 @@ def layer_times(hw: Hardware, m: ModelSpec, batch: int, context: int, ctas=None,
     """Roofline times of one layer for `batch` sequences of `context` cached tokens (one new token each).
 
     ctas: resident copy CTAs (None: the paper's heuristic, ``heuristic_ctas``); churn: fraction of the top-k
-    blocks newly selected at each step (None: ``m.churn``).
+    blocks newly selected at each step (None: ``m.churn``). batch, context (tokens) >= 1; ctas in [1, n_sms).
     """
-    _check_bc(batch, context)
-    ctas = _check_ctas(heuristic_ctas(hw, batch) if ctas is None else ctas, hw)
-    churn = m.churn if churn is None else churn
-    if not 0 <= churn <= 1:
-        raise ValueError(f"churn must lie in [0, 1], got {churn!r}")
+    _hw_m(hw, m)
+    batch, context = checks.pos_int("batch", batch), checks.pos_int("context", context)
+    ctas = checks.int_in("ctas", heuristic_ctas(hw, batch) if ctas is None else ctas, 1, hw.n_sms)
+    churn = m.churn if churn is None else checks.number_in("churn", churn, 0.0, 1.0)
     hbm, fl = hw.hbm_bw * hw.efficiency, hw.flops * hw.efficiency
     n_c = max(0, (context - m.window) // m.stride + 1)                      # compressed positions
     n_b = -(-context // m.block)
@@ -205,8 +233,9 @@ def step_time(hw: Hardware, m: ModelSpec, batch: int, context: int, method: str,
     transfers (its KV stays on GPU for SparDA; for the others we grant the same to keep the comparison fair).
     overlapped_fn: the per-layer overlapped formula (default ``overlapped_layer_time``; the exercise swaps it).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _method(method)
+    if overlapped_fn is not None and not callable(overlapped_fn):
+        raise ValueError(f"overlapped_fn must be a function LayerTimes -> seconds, got {overlapped_fn!r}")
     t = layer_times(hw, m, batch, context, ctas, churn)
     head = hw.launch_s + 2 * m.vocab * m.d_model * m.bytes_per / (hw.hbm_bw * hw.efficiency)
     first_sparse = t.sel + t.compute
@@ -219,11 +248,13 @@ def step_time(hw: Hardware, m: ModelSpec, batch: int, context: int, method: str,
         per, first = t.forecast_sel + t.transfer_serial + t.compute, first_fc
     else:
         per, first = (overlapped_fn or overlapped_layer_time)(t), first_fc + t.sync
+        checks.nonneg_number("overlapped_fn(t)", per)
     return first + (m.n_layers - 1) * per + head
 
 
 def throughput(hw, m, batch, context, method, ctas=None, churn=None, overlapped_fn=None) -> float:
     """Decode tokens/s (one token per sequence per step); 0.0 when the batch does not fit in HBM (OOM)."""
+    checks.pos_int("batch", batch)
     if batch > max_batch(hw, m, context, method):
         return 0.0
     return batch / step_time(hw, m, batch, context, method, ctas, churn, overlapped_fn)
@@ -236,9 +267,11 @@ def gpu_bytes(m: ModelSpec, batch: int, context: int, method: str) -> float:
     SparDA: compressed keys + the first layer's full KV + the block cache + one layer of prefetch buffer.
     The CPU holds the rest of the offloaded KV.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    _check_bc(batch, context)
+    _method(method)
+    if not isinstance(m, ModelSpec):
+        raise ValueError(f"m must be a ModelSpec (e.g. MINICPM_8B), got {type(m).__name__}")
+    checks.pos_int("batch", batch)
+    checks.pos_int("context", context)
     n_c = max(0, (context - m.window) // m.stride + 1)
     kc = n_c * m.n_kv_heads * m.d_head * m.bytes_per * m.n_layers
     full_kv = context * m.kv_token_layer * m.n_layers
@@ -254,6 +287,7 @@ def gpu_bytes(m: ModelSpec, batch: int, context: int, method: str) -> float:
 
 def max_batch(hw: Hardware, m: ModelSpec, context: int, method: str) -> int:
     """Largest batch whose `gpu_bytes` fits in HBM (0 if not even one sequence fits)."""
+    _hw_m(hw, m)
     one = gpu_bytes(m, 1, context, method)
     fixed = m.weight_bytes + m.reserve_bytes
     per = one - fixed
@@ -262,20 +296,30 @@ def max_batch(hw: Hardware, m: ModelSpec, context: int, method: str) -> int:
 
 def heuristic_ctas(hw: Hardware, batch: int) -> int:
     """The paper's rule (Table 7): 16 CTAs below a batch threshold (32 on H100, 64 on A100), else 32."""
+    _hw_m(hw)
+    checks.pos_int("batch", batch)
     threshold = 64 if hw.name.startswith("A100") else 32
     return 16 if batch < threshold else 32
 
 
 def batch_sweep(hw, m, context, batches=(4, 8, 16, 32, 64, 128), methods=METHODS, ctas=None, churn=None):
-    """{method: [tokens/s per batch]} (0.0 = OOM); ctas=None uses the paper's heuristic per batch."""
-    out = {}
+    """{method: [tokens/s per batch]} (0.0 = OOM); ctas=None uses the paper's heuristic per batch.
+
+    batches: integers >= 1; methods: names from METHODS.
+    """
+    batches = checks.int_array("batches", batches, 1, lo=1)
+    if batches.size == 0 or len(methods) == 0:
+        raise ValueError(f"batches and methods must be non-empty, got {batches.tolist()} and {list(methods)}")
     for meth in methods:
-        out[meth] = [throughput(hw, m, int(b), context, meth, ctas, churn) for b in batches]
-    return out
+        _method(meth)
+    return {meth: [throughput(hw, m, int(b), context, meth, ctas, churn) for b in batches] for meth in methods}
 
 
 def cta_sweep(hw, m, context, batches=(16, 64), ctas=(8, 16, 32, 64), churn=None):
-    """SparDA tokens/s for each (batch, CTA count): array (len(batches), len(ctas))."""
+    """SparDA tokens/s for each (batch, CTA count): array (len(batches), len(ctas)); both lists of integers >= 1."""
+    batches, ctas = checks.int_array("batches", batches, 1, lo=1), checks.int_array("ctas", ctas, 1, lo=1)
+    if batches.size == 0 or ctas.size == 0:
+        raise ValueError(f"batches and ctas must be non-empty, got {batches.tolist()} and {ctas.tolist()}")
     return np.array([[throughput(hw, m, int(b), context, "SparDA", int(c), churn) for c in ctas] for b in batches])
 
 
@@ -283,8 +327,9 @@ def cta_sweep(hw, m, context, batches=(16, 64), ctas=(8, 16, 32, 64), churn=None
 # block residency: what actually moves
 # ---------------------------------------------------------------------------------------------------------
 def new_blocks(selected, resident):
-    """Blocks to copy: selected and not resident. selected, resident: 1-D int arrays (-1 entries ignored)."""
-    selected, resident = np.asarray(selected), np.asarray(resident)
+    """Blocks to copy: selected and not resident. selected, resident: 1-D int arrays >= -1 (-1 entries ignored)."""
+    selected = checks.int_array("selected", selected, 1, lo=-1)
+    resident = checks.int_array("resident", resident, 1, lo=-1)
     sel = np.unique(selected[selected >= 0])
     return sel[~np.isin(sel, resident[resident >= 0])]
 
@@ -292,26 +337,38 @@ def new_blocks(selected, resident):
 def replay_trace(trace, always_resident=()):
     """Replay a decode trace with a block cache holding the previous step's selection.
 
-    trace: list over steps of 1-D int arrays (one layer, one sequence). always_resident: blocks on the GPU
-    anyway (e.g. init, or a layer kept on GPU). Returns the number of blocks copied at each step (the first
-    step copies everything it selects that is not always resident).
+    trace: list over steps of 1-D int arrays (one layer, one sequence). always_resident: block ids >= 0 on the
+    GPU anyway (e.g. init, or a layer kept on GPU). Returns the number of blocks copied at each step (the first
+    step copies everything it selects that is not always resident). Block ids are integers >= -1 (-1 = empty).
     """
-    resident = np.asarray(always_resident, dtype=np.int64)
+    resident = checks.int_array("always_resident", always_resident, 1, lo=0)
+    if not isinstance(trace, (list, tuple)):
+        raise ValueError(f"trace must be a list of 1-D block-id arrays (one per step), got {type(trace).__name__}")
     prev = np.zeros(0, np.int64)
     copied = []
-    for sel in trace:
+    for i, sel in enumerate(trace):
+        sel = checks.int_array(f"trace[{i}]", sel, 1, lo=-1)
         new = new_blocks(sel, np.concatenate([prev, resident]))
         copied.append(len(new))
-        prev = np.unique(np.asarray(sel)[np.asarray(sel) >= 0])
+        prev = np.unique(sel[sel >= 0])
     return np.array(copied)
 
 
 def synthetic_trace(n_candidates: int, topk: int, steps: int, churn: float, seed: int = 0):
-    """Top-k selections over decode steps where a fraction `churn` of the blocks is replaced at each step."""
-    if not (1 <= topk <= n_candidates):
+    """Top-k selections over decode steps where a fraction `churn` of the blocks is replaced at each step.
+
+    round(churn·topk) blocks are replaced by blocks not selected at the previous step, so that many must exist
+    (n_candidates - topk of them).
+    """
+    n_candidates, steps = checks.pos_int("n_candidates", n_candidates), checks.pos_int("steps", steps)
+    topk = checks.pos_int("topk", topk)
+    if topk > n_candidates:
         raise ValueError(f"topk must lie in [1, n_candidates={n_candidates}], got {topk}")
-    if not 0 <= churn <= 1:
-        raise ValueError(f"churn must lie in [0, 1], got {churn!r}")
+    churn = checks.number_in("churn", churn, 0.0, 1.0)
+    checks.nonneg_int("seed", seed)
+    if round(churn * topk) > n_candidates - topk:
+        raise ValueError(f"churn={churn} replaces {round(churn * topk)} of {topk} blocks per step, but only "
+                         f"n_candidates - topk = {n_candidates - topk} unselected blocks exist")
     rng = np.random.default_rng(seed)
     cur = np.sort(rng.choice(n_candidates, topk, replace=False))
     trace = [cur]
@@ -331,8 +388,9 @@ def layer_timeline(hw, m, batch, context, ctas=None, n_layers=3, churn=None):
     """Segments (lane, start_s, end_s, label) of `n_layers` middle layers, serial vs overlapped.
 
     Lanes: "serial: GPU", "overlapped: compute", "overlapped: copy". Returns (segments, totals) where totals
-    = {"serial": seconds, "overlapped": seconds} for those layers.
+    = {"serial": seconds, "overlapped": seconds} for those layers (n_layers >= 1).
     """
+    n_layers = checks.pos_int("n_layers", n_layers)
     t = layer_times(hw, m, batch, context, ctas, churn)
     segs, s = [], 0.0
     for _ in range(n_layers):
@@ -352,12 +410,16 @@ def layer_timeline(hw, m, batch, context, ctas=None, n_layers=3, churn=None):
 
 
 def with_(hw: Hardware, **kw) -> Hardware:
-    """A copy of a preset with some fields changed (e.g. with_(H100, pcie_bw=25e9))."""
+    """A copy of a preset with some fields changed (e.g. with_(H100, pcie_bw=25e9)); checked like a new one."""
+    _hw_m(hw)
+    unknown = sorted(set(kw) - set(Hardware.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not a Hardware field ({', '.join(Hardware.__dataclass_fields__)})")
     return replace(hw, **kw)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# reported numbers (seed 002: Tables 4, 7, 9, 10 of the paper; tokens/s, None = OOM or not reported)
+# reported numbers (SparDA Tables 4, 7, 9, 10; tokens/s, None = OOM or not reported)
 # ---------------------------------------------------------------------------------------------------------
 PAPER = {
     # H100, 128K context, decode (Table 4, p. 9)
@@ -377,7 +439,7 @@ PAPER = {
         "NOSA": {"Sparse": (173.2, 529.2, 1298.3), "SparDA (no prefetch)": (226.5, 653.0, 1063.8),
                  "SparDA": (219.0, 735.0, 1463.3)},
     },
-    # H100, MiniCPM, 32K: SparDA tokens/s by copy CTAs (Table 7, p. 15; only the cells the seed quotes)
+    # H100, MiniCPM, 32K: SparDA tokens/s by copy CTAs (Table 7, p. 15; only the cells the notebook uses)
     "cta_h100_32k": {16: {16: 918.5, 64: 737.3}, 64: {16: 1255.9, 32: 1328.0, 64: 1380.2}},
     # H100, 32K, MiniCPM batch 16 with the KV comfortably on the GPU (Sec. 5.3)
     "resident_h100_32k_b16": {"Sparse†": 1073.0, "SparDA": 918.5},

@@ -1,6 +1,6 @@
-"""The prefill -> decode hand-off bundle of HySparse2 (seed 000 §12.2, SYLLABUS §07).
+"""The prefill -> decode hand-off bundle of HySparse2 (HySparse2 §3, inference deployment; notebook 07).
 
-A D worker that continues a request on its own needs every state the next token reads (seed 000 §12.2):
+A D worker that continues a request on its own needs every state the next token reads:
 
     field                  shape (L = prompt length)               why D needs it
     self FA KV             k (L, Hkv, d_qk), v (L, Hkv, d_v)       the next token's Self FA reads all history
@@ -24,6 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid_lab.core import checks
+from hybrid_lab.models.hysparse2 import (HySparse2Cache, HySparse2Config, KVCache, WindowKVCache,
+                                         self_decoder_weight_names)
+
 __all__ = ["WIRE_VERSION", "LAYOUT", "BundleError", "PDBundle", "config_hash", "weights_hash", "p_weight_names",
            "make_header", "verify_header", "wire_plan", "encode_header", "decode_header", "payload_digest",
            "bundle_bytes", "source_hidden_bytes"]
@@ -45,10 +49,15 @@ def config_hash(cfg) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _cfg(cfg) -> HySparse2Config:
+    if not isinstance(cfg, HySparse2Config):
+        raise ValueError(f"cfg must be a HySparse2Config, got {type(cfg).__name__}")
+    return cfg
+
+
 def p_weight_names(cfg) -> list:
     """The weights that shape the bundle: embedding, Self-decoder, bridging projections (what a P worker holds)."""
-    from hybrid_lab.models.hysparse2 import self_decoder_weight_names
-    return self_decoder_weight_names(cfg)
+    return self_decoder_weight_names(_cfg(cfg))
 
 
 def weights_hash(weights: dict, names=None) -> str:
@@ -56,6 +65,8 @@ def weights_hash(weights: dict, names=None) -> str:
 
     P (holding only the Self-decoder + bridges) and D (holding everything) agree when both hash the P subset.
     """
+    if not isinstance(weights, dict):
+        raise ValueError(f"weights must be a dict of named arrays, got {type(weights).__name__}")
     names = sorted(weights) if names is None else sorted(names)
     missing = [n for n in names if n not in weights]
     if missing:
@@ -70,10 +81,15 @@ def weights_hash(weights: dict, names=None) -> str:
 
 # --------------------------------------------------------------------------------------------------- header
 def make_header(cfg, weights_digest: str, prompt_len: int, chunk_size: int, request: int = 0) -> dict:
-    """The metadata D checks before it allocates anything. Everything D needs to know the payload's shapes."""
-    for name, val in (("prompt_len", prompt_len), ("chunk_size", chunk_size)):
-        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {val!r}")
+    """The metadata D checks before it allocates anything. Everything D needs to know the payload's shapes.
+
+    weights_digest: :func:`weights_hash` of the P weights; prompt_len, chunk_size >= 1; request >= 0.
+    """
+    cfg = _cfg(cfg)
+    prompt_len, chunk_size = checks.pos_int("prompt_len", prompt_len), checks.pos_int("chunk_size", chunk_size)
+    request = checks.nonneg_int("request", request)
+    if not isinstance(weights_digest, str) or not weights_digest:
+        raise ValueError(f"weights_digest must be the hex string of weights_hash, got {weights_digest!r}")
     n_swa = cfg.n_self - 1
     return {"version": WIRE_VERSION, "request": int(request), "config_hash": config_hash(cfg),
             "weights_hash": weights_digest, "dtype": cfg.dtype, "layout": LAYOUT,
@@ -91,6 +107,7 @@ def verify_header(header: dict, cfg, weights_digest: str, max_len: int | None = 
     """
     if not isinstance(header, dict):
         raise BundleError(f"header must be a dict, got {type(header).__name__}")
+    max_len = None if max_len is None else checks.pos_int("max_len", max_len)
     expect = make_header(cfg, weights_digest, 1, 1)
     for key in ("version", "config_hash", "weights_hash", "dtype", "layout", "n_swa", "n_groups", "n_kv", "d_qk",
                 "d_v", "d_model", "swa_window"):
@@ -111,12 +128,33 @@ def verify_header(header: dict, cfg, weights_digest: str, max_len: int | None = 
         raise BundleError(f"bundle refused: header field 'prompt_len' is {L}, D can hold at most {max_len}")
 
 
+_SIZES = {"prompt_len": 1, "chunk_size": 1, "n_chunks": 1, "n_groups": 1, "n_kv": 1, "d_qk": 1, "d_v": 1,
+          "d_model": 1, "swa_window": 1, "n_swa": 0, "next_pos": 1, "request": 0}      # field -> minimum
+
+
+def _header_fields(header) -> dict:
+    """A header dict holding every field of :func:`make_header`, sizes as integers at their minimum or more
+    (raises :class:`BundleError` naming the first bad field)."""
+    if not isinstance(header, dict):
+        raise BundleError(f"header must be a dict, got {type(header).__name__}")
+    for key in ("version", "config_hash", "weights_hash", "dtype", "layout", *_SIZES):
+        if key not in header:
+            raise BundleError(f"bundle refused: header lacks field {key!r}")
+    for key, lo in _SIZES.items():
+        v = header[key]
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            raise BundleError(f"bundle refused: header field {key!r} must be an integer >= {lo}, got {v!r}")
+    return header
+
+
 def wire_plan(header: dict) -> list:
     """The ordered payload D must receive: [(name, shape, dtype)], a pure function of the (verified) header.
 
     Chunks first (so P streams them as it computes): for each chunk c, the self FA k, v rows then every cross
-    group's k, v rows; then every SWA window's k, v, pos; then the boundary state.
+    group's k, v rows; then every SWA window's k, v, pos; then the boundary state. A header missing a field or
+    with a bad size raises :class:`BundleError`.
     """
+    _header_fields(header)
     L, C, dt = header["prompt_len"], header["chunk_size"], header["dtype"]
     Hkv, dk, dv = header["n_kv"], header["d_qk"], header["d_v"]
     plan = []
@@ -133,7 +171,8 @@ def wire_plan(header: dict) -> list:
 
 
 def encode_header(header: dict) -> np.ndarray:
-    """Header -> uint8 array (UTF-8 JSON), the first message on the wire."""
+    """Header (every field of :func:`make_header`) -> uint8 array (UTF-8 JSON), the first message on the wire."""
+    _header_fields(header)
     return np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8).copy()
 
 
@@ -142,14 +181,16 @@ def decode_header(buf) -> dict:
     try:
         out = json.loads(np.asarray(buf, dtype=np.uint8).tobytes().decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BundleError(f"bundle refused: header is not valid JSON ({e})") from None
+        raise BundleError(f"bundle refused: the header buf is not valid JSON ({e})") from None
     if not isinstance(out, dict):
-        raise BundleError(f"bundle refused: header must be a JSON object, got {type(out).__name__}")
+        raise BundleError(f"bundle refused: the header buf must hold a JSON object, got {type(out).__name__}")
     return out
 
 
 def payload_digest(arrays) -> np.ndarray:
-    """SHA-256 of the payload arrays in wire order -> (32,) uint8 (the trailer D checks before installing)."""
+    """SHA-256 of the payload arrays (a list, in wire order) -> (32,) uint8 (the trailer D checks before installing)."""
+    if not isinstance(arrays, (list, tuple)):
+        raise ValueError(f"arrays must be the list of payload arrays, got {type(arrays).__name__}")
     h = hashlib.sha256()
     for a in arrays:
         h.update(np.ascontiguousarray(a).tobytes())
@@ -179,6 +220,8 @@ class PDBundle:
     @classmethod
     def from_cache(cls, cache, cfg, weights_digest: str, chunk_size: int = 16, request: int = 0) -> "PDBundle":
         """Pack a P worker's :class:`~hybrid_lab.models.hysparse2.HySparse2Cache` (after ``prefill_self``)."""
+        if not isinstance(cache, HySparse2Cache):
+            raise ValueError(f"cache must be a HySparse2Cache, got {type(cache).__name__}")
         if cache.boundary is None or cache.pos < 1:
             raise ValueError("cache has no boundary state: run prefill_self on a non-empty prompt first")
         return cls(header=make_header(cfg, weights_digest, cache.pos, chunk_size, request),
@@ -236,8 +279,13 @@ class PDBundle:
                    swa_pos=swa_pos, cross_k=cat[2::2], cross_v=cat[3::2], boundary=np.asarray(tail[-1]))
 
     def to_cache(self, cfg):
-        """Install: a :class:`~hybrid_lab.models.hysparse2.HySparse2Cache` D continues from (arrays copied)."""
-        from hybrid_lab.models.hysparse2 import HySparse2Cache, KVCache, WindowKVCache
+        """Install: a :class:`~hybrid_lab.models.hysparse2.HySparse2Cache` D continues from (arrays copied).
+
+        cfg must be the config the bundle was made for (its hash is in the header).
+        """
+        if config_hash(_cfg(cfg)) != self.header.get("config_hash"):
+            raise BundleError(f"bundle refused: it was made for config {self.header.get('config_hash')!r}, "
+                              f"cfg hashes to {config_hash(cfg)!r}")
         return HySparse2Cache(
             pos=self.header["prompt_len"], self_fa=KVCache(self.self_fa_k.copy(), self.self_fa_v.copy()),
             self_swa=[WindowKVCache(k.copy(), v.copy(), np.asarray(p, np.int64).copy(), cfg.swa_window)
@@ -261,11 +309,10 @@ def bundle_bytes(cfg, prompt_len: int, itemsize: int | None = None) -> dict:
     """Computed payload bytes of a bundle (no header/trailer), from the config alone.
 
     Global KVs: (1 self FA + n_groups cross) x L x Hkv x (d_qk + d_v); windows: n_swa x min(L, w) x (Hkv (d_qk +
-    d_v) elements + one int64 position); boundary: d_model. ``itemsize`` defaults to the config dtype's.
+    d_v) elements + one int64 position); boundary: d_model. ``itemsize`` (bytes >= 1) defaults to the config dtype's.
     """
-    if not isinstance(prompt_len, (int, np.integer)) or prompt_len < 1:
-        raise ValueError(f"prompt_len must be an integer >= 1, got {prompt_len!r}")
-    b = np.dtype(cfg.dtype).itemsize if itemsize is None else itemsize
+    cfg, prompt_len = _cfg(cfg), checks.pos_int("prompt_len", prompt_len)
+    b = np.dtype(cfg.dtype).itemsize if itemsize is None else checks.pos_int("itemsize", itemsize)
     kv_tok = cfg.n_heads_kv * (cfg.d_qk + cfg.d_v) * b
     w = min(prompt_len, cfg.swa_window)
     out = {"self_fa": prompt_len * kv_tok, "cross": cfg.n_groups * prompt_len * kv_tok,
@@ -277,7 +324,6 @@ def bundle_bytes(cfg, prompt_len: int, itemsize: int | None = None) -> dict:
 def source_hidden_bytes(cfg, prompt_len: int, itemsize: int | None = None) -> int:
     """Bytes of the alternative the paper rejects: ship the bridge SOURCE hidden states (L x d_model per distinct
     source) and let D project them, instead of the n_groups projected cross KVs."""
-    if not isinstance(prompt_len, (int, np.integer)) or prompt_len < 1:
-        raise ValueError(f"prompt_len must be an integer >= 1, got {prompt_len!r}")
-    b = np.dtype(cfg.dtype).itemsize if itemsize is None else itemsize
+    cfg, prompt_len = _cfg(cfg), checks.pos_int("prompt_len", prompt_len)
+    b = np.dtype(cfg.dtype).itemsize if itemsize is None else checks.pos_int("itemsize", itemsize)
     return len(set(cfg.sources)) * prompt_len * cfg.d_model * b

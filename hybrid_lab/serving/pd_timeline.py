@@ -1,10 +1,11 @@
-"""A timing model of HySparse2's P/D pipeline as a dependency DAG, and its critical path (seed 000 §13).
+"""A timing model of HySparse2's P/D pipeline as a dependency DAG, and its critical path (notebook 07).
 
-The seed lists where the pipeline may overlap (source chunk -> its cross KV; KV chunk c on the wire while P builds
-c + 1; P prefills request B while D decodes A) and warns that with overlap the time is the CRITICAL PATH of the
-dependency DAG: not the sum of the stages (no overlap), not their maximum (ignores order). Here every stage is a
-task with a duration on one resource; a resource runs its tasks one at a time in the order they were added, which
-becomes an extra edge. Then
+The dependency graph of the hand-off (HySparse2 §3, inference deployment) shows where the pipeline may overlap
+(source chunk -> its cross KV; KV chunk c on the wire while P builds c + 1; P prefills request B while D decodes A);
+these are opportunities derived from the graph, not measurements of the paper. With overlap the time is the
+CRITICAL PATH of the dependency DAG: not the sum of the stages (no overlap), not their maximum (ignores order).
+Here every stage is a task with a duration on one resource; a resource runs its tasks one at a time in the order
+they were added, which becomes an extra edge. Then
 
     finish(t) = duration(t) + max(release(t), max over predecessors p of finish(p))      (tasks in topological order)
 
@@ -14,6 +15,7 @@ Per request r (prompt of L tokens in chunks of C):  build_c (P) -> send_c (link)
 after the last chunk, the SWA windows + boundary state (tail) go the same way; then first token (D: Cross at the
 last prompt position) and the decode steps (D). All durations here are ASSUMED, illustrative inputs, not reported
 numbers; only the byte counts come from the paper's configuration (Table 1 via ``hysparse_ledger``).
+The plots of this model live in :mod:`hybrid_lab.widgets.pd`.
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hybrid_lab.core import checks
+from hybrid_lab.costs.hysparse_ledger import HYSPARSE2, AttnDesign
+
 __all__ = ["TaskDAG", "critical_path", "PDTiming", "paper_bytes", "build_pd_dag", "schedule", "timeline_summary",
-           "plot_timeline", "timeline_widget", "plot_events", "pd_overlap", "RESOURCES"]
+           "path_text", "events", "pd_overlap", "RESOURCES"]
 
 RESOURCES = ("P compute", "link", "D copy", "D compute")
 
@@ -38,11 +43,18 @@ class TaskDAG:
     def add(self, name: str, duration: float, resource: str | None = None, after=(), release: float = 0.0,
             **info) -> str:
         """Add a task. ``after``: names it depends on; ``resource``: tasks on one resource run one at a time, in
-        insertion order (the previous task on it becomes a predecessor). ``info`` is kept for plotting."""
+        insertion order (the previous task on it becomes a predecessor). ``info`` is kept for plotting.
+        duration and release: finite numbers >= 0."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
         if name in self.tasks:
             raise ValueError(f"task {name!r} already exists")
-        if not np.isfinite(duration) or duration < 0:
-            raise ValueError(f"duration of {name!r} must be a finite number >= 0, got {duration!r}")
+        duration = checks.nonneg_number(f"duration of {name!r}", duration)
+        release = checks.nonneg_number(f"release of {name!r}", release)
+        if resource is not None and not isinstance(resource, str):
+            raise ValueError(f"resource must be a string or None, got {resource!r}")
+        if isinstance(after, str):
+            raise ValueError(f"after must be a list of task names, got the string {after!r}")
         unknown = [a for a in after if a not in self.tasks]
         if unknown:
             raise ValueError(f"task {name!r} depends on unknown task {unknown[0]!r} (add dependencies first)")
@@ -75,9 +87,16 @@ def critical_path(durations: dict, preds: dict, order, release: dict | None = No
     durations: {task: d >= 0}; preds: {task: [tasks it waits for]}; order: the tasks in a topological order;
     release: {task: earliest start} (default 0). Returns (length, path, start, finish): the makespan, the tasks
     of one critical path in time order, and dicts of earliest start/finish times. Ties in the backward walk go to
-    the predecessor listed first.
+    the predecessor listed first. Every duration and release must be a finite number >= 0, and every task in
+    ``order`` (once) must have a duration.
     """
     release = release or {}
+    order = list(order)
+    if len(set(order)) != len(order) or set(order) != set(durations):
+        raise ValueError(f"order must list every task of durations once, got {order} for {sorted(durations)}")
+    for n in order:
+        checks.nonneg_number(f"durations[{n!r}]", durations[n])
+        checks.nonneg_number(f"release[{n!r}]", release.get(n, 0.0))
     start, finish, seen = {}, {}, set()
     for n in order:
         for p in preds.get(n, ()):
@@ -105,9 +124,12 @@ def paper_bytes(design=None, d_model_bytes: int = 2) -> dict:
 
     per_token: every global KV that grows with L = the self FA + the n_bridge cross KVs, (d_qk + d_v) x Hkv bytes
     each; fixed: the SWA windows (n_swa x window entries) + the boundary state (d_model x ``d_model_bytes``).
+    design: an :class:`~hybrid_lab.costs.hysparse_ledger.AttnDesign` (default HySparse2's).
     """
-    from hybrid_lab.costs.hysparse_ledger import HYSPARSE2
     d = HYSPARSE2 if design is None else design
+    if not isinstance(d, AttnDesign):
+        raise ValueError(f"design must be an AttnDesign, got {type(d).__name__}")
+    d_model_bytes = checks.pos_int("d_model_bytes", d_model_bytes)
     return {"per_token": (1 + d.n_bridge) * d.bytes_per_token,
             "fixed": d.n_swa * d.window * d.bytes_per_token + d.d_model * d_model_bytes,
             "source_hidden_per_token": d.d_model * d_model_bytes}
@@ -137,20 +159,23 @@ class PDTiming:
 
     def __post_init__(self):
         for name in ("prompt_len", "chunk", "n_new", "n_requests"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            checks.pos_int(name, getattr(self, name))
         for name in ("bandwidth_gbs", "install_gbs", "p_us_per_token"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+            checks.positive_number(name, getattr(self, name))
         for name in ("first_ms", "decode_ms", "arrival_gap_ms", "bytes_per_token", "fixed_bytes"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+            checks.nonneg_number(name, getattr(self, name))
+
+
+def _timing(t) -> PDTiming:
+    if not isinstance(t, PDTiming):
+        raise ValueError(f"t must be a PDTiming, got {type(t).__name__}")
+    return t
 
 
 def build_pd_dag(t: PDTiming) -> TaskDAG:
     """The DAG of :class:`PDTiming` (times in ms). Task names: ``r{r}.build{c}``, ``r{r}.send{c}``,
     ``r{r}.install{c}``, ``r{r}.send_tail``, ``r{r}.install_tail``, ``r{r}.first``, ``r{r}.decode``."""
+    _timing(t)
     dag = TaskDAG()
     ms_per_byte_link = 1e3 / (t.bandwidth_gbs * 1e9)
     ms_per_byte_copy = 1e3 / (t.install_gbs * 1e9)
@@ -188,8 +213,11 @@ def schedule(t: PDTiming) -> dict:
             "dag": dag}
 
 
-def _path_text(path) -> str:
-    """Compress a path: consecutive tasks of one kind and request become 'r0.build0..7'."""
+def path_text(path) -> str:
+    """Compress a path of task names (``r{r}.{kind}{c}``): consecutive tasks of one kind and request become
+    'r0.build0..7'."""
+    if isinstance(path, str) or not all(isinstance(n, str) for n in path):
+        raise ValueError(f"path must be a list of task names, got {path!r}")
     out = []
     for n in path:
         head, _, tail = n.partition(".")
@@ -205,102 +233,38 @@ def _path_text(path) -> str:
 def timeline_summary(t: PDTiming) -> str:
     """One rounded line per quantity: critical path vs sum vs busiest resource, TTFT, and the path itself."""
     s = schedule(t)
-    no_chunk = schedule(replace(t, chunk=t.prompt_len))
+    no_chunk = schedule(replace(_timing(t), chunk=t.prompt_len))
     return (f"computed (ms): critical path {s['makespan']:.1f}, sum of all stages {s['sum']:.1f}, busiest "
             f"resource {s['max_busy']:.1f}\n"
             f"computed (ms): TTFT of request 0 {s['ttft'][0]:.1f} (as one chunk of {t.prompt_len} tokens: "
             f"{no_chunk['ttft'][0]:.1f})\n"
-            f"critical path: {_path_text(s['path'])}")
+            f"critical path: {path_text(s['path'])}")
 
 
-_COLORS = ("#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b")
-
-
-def plot_timeline(t: PDTiming):
-    """Gantt chart of :func:`schedule`: one row per resource, one colour per request, the critical path outlined
-    in black. Returns a Figure."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    s = schedule(t)
-    on_path = set(s["path"])
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    for name, task in s["dag"].tasks.items():
-        y = RESOURCES.index(task["resource"])
-        crit = name in on_path
-        ax.barh(y, task["duration"], left=s["start"][name], height=0.6, color=_COLORS[task["request"] % 6],
-                alpha=0.9 if task["kind"] != "decode" else 0.5, edgecolor="k" if crit else "none",
-                linewidth=1.5 if crit else 0)
-    ax.set_yticks(range(len(RESOURCES)))
-    ax.set_yticklabels(RESOURCES)
-    ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
-    ax.set_title(f"critical path {s['makespan']:.0f} ms vs sum {s['sum']:.0f} ms vs busiest resource "
-                 f"{s['max_busy']:.0f} ms", fontsize=10)
-    ax.legend(handles=[Patch(color=_COLORS[r % 6], label=f"request {r}") for r in range(min(t.n_requests, 6))]
-              + [Patch(facecolor="white", edgecolor="k", label="critical path")], fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    return fig
-
-
-def timeline_widget(**base):
-    """ipywidgets explorer: prompt length, bandwidth, chunk size, number of requests -> :func:`plot_timeline`
-    and :func:`timeline_summary`. ``base``: other :class:`PDTiming` fields."""
-    import ipywidgets as W
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    def show(log2_prompt, bandwidth_gbs, log2_chunk, n_requests):
-        L = 2 ** log2_prompt
-        t = PDTiming(**{**base, "prompt_len": L, "chunk": min(2 ** log2_chunk, L), "bandwidth_gbs": bandwidth_gbs,
-                        "n_requests": n_requests})
-        fig = plot_timeline(t)
-        display(fig)
-        plt.close(fig)
-        print(timeline_summary(t))
-
-    return W.interactive(
-        show,
-        log2_prompt=W.IntSlider(value=15, min=10, max=20, description="log2 L"),
-        bandwidth_gbs=W.FloatLogSlider(value=25.0, base=10, min=-1, max=2.5, description="GB/s"),
-        log2_chunk=W.IntSlider(value=12, min=8, max=20, description="log2 chunk"),
-        n_requests=W.IntSlider(value=3, min=1, max=6, description="requests"))
-
-
-def plot_events(reports: dict):
-    """Measured timeline of a live :func:`~hybrid_lab.serving.pd_workers.run_pd`: P's and D's logged events (seconds from
-    the first event), one colour per request. Returns a Figure."""
-    import matplotlib.pyplot as plt
-
-    rows = [("P", "P (prefill + send)"), ("D", "D (receive / decode)")]
-    evs = [e for role, _ in rows for e in reports.get(role, {}).get("events", [])]
-    if not evs:
-        raise ValueError("reports hold no events: pass the dict returned by run_pd for a run without errors")
-    t0 = min(e[2] for e in evs)
-    fig, ax = plt.subplots(figsize=(9, 2.4))
-    for y, (role, _) in enumerate(rows):
-        for req, what, a, b in reports[role].get("events", []):
-            y_off = 0.18 if what == "receive" else 0.0
-            ax.barh(y + y_off, (b - a) * 1e3, left=(a - t0) * 1e3, height=0.35 if y_off else 0.6,
-                    color=_COLORS[req % 6], alpha=0.5 if what == "receive" else 0.9)
-    from matplotlib.patches import Patch
-    reqs = sorted({e[0] for e in evs})
-    ax.legend(handles=[Patch(color=_COLORS[r % 6], label=f"request {r}") for r in reqs], fontsize=7,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r[1] for r in rows])
-    ax.invert_yaxis()
-    ax.set_xlabel("wall time (ms); D: thin = receiving, thick = install + decode")
-    fig.tight_layout()
-    return fig
+def events(reports: dict, role: str) -> list:
+    """The checked event log of one role ("P" or "D") of a :func:`~hybrid_lab.serving.pd_workers.run_pd` report:
+    [(request, what, t_start, t_end)] with finite times, t_end >= t_start (no log: an empty list)."""
+    if not isinstance(reports, dict):
+        raise ValueError(f"reports must be the dict returned by run_pd, got {type(reports).__name__}")
+    if role not in ("P", "D"):
+        raise ValueError(f"role must be 'P' or 'D', got {role!r}")
+    out = []
+    for i, e in enumerate(reports.get(role, {}).get("events", [])):
+        if len(e) != 4:
+            raise ValueError(f"reports[{role!r}]['events'][{i}] must be (request, what, t_start, t_end), got {e!r}")
+        req = checks.nonneg_int(f"reports[{role!r}]['events'][{i}] request", e[0])
+        a = checks.finite_number(f"reports[{role!r}]['events'][{i}] t_start", e[2])
+        b = checks.finite_number(f"reports[{role!r}]['events'][{i}] t_end", e[3])
+        if b < a:
+            raise ValueError(f"reports[{role!r}]['events'][{i}] ends before it starts: {e!r}")
+        out.append((req, str(e[1]), a, b))
+    return out
 
 
 def pd_overlap(reports: dict) -> dict:
     """Requests in flight at once in a live run: {r: seconds during which P worked on a later request while D was
     installing/decoding request r}, from the logged events of :func:`~hybrid_lab.serving.pd_workers.run_pd`."""
-    p_ev = reports.get("P", {}).get("events", [])
-    d_ev = [e for e in reports.get("D", {}).get("events", []) if e[1] != "receive"]
+    p_ev, d_ev = events(reports, "P"), [e for e in events(reports, "D") if e[1] != "receive"]
     out = {}
     for r in sorted({e[0] for e in d_ev}):
         spans = [(a, b) for q, _, a, b in d_ev if q == r]

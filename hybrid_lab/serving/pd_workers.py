@@ -1,8 +1,9 @@
-"""Prefill/decode disaggregation of HySparse2 as two real processes on ``torch.distributed`` (SYLLABUS §07).
+"""Prefill/decode disaggregation of HySparse2 as two real processes on ``torch.distributed`` (notebook 07).
 
-PD splits a request by PHASE, not by depth (seed 000 §11.3): P prefills the prompt and hands the state over once;
-D generates every answer token with the full model. HySparse2 makes P cheap: it needs only the Self-decoder and the
-bridging projections (seed 000 §12.1), because the prompt never runs through the Cross-decoder (exact early exit).
+PD splits a request by PHASE, not by depth (not a layer pipeline): P prefills the prompt and hands the state over
+once; D generates every answer token with the full model. HySparse2 makes P cheap: it needs only the Self-decoder
+and the bridging projections (HySparse2 §3, inference deployment), because the prompt never runs through the
+Cross-decoder (exact early exit).
 
     P (rank 0: embed + self.* + bridge.*)                 D (rank 1: full model)
     header ───────────────────────────────────────────▶  verify (hash, dtype, length)  ─┐ receiver thread
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import multiprocessing as mp
 import os
 import queue
 import socket
@@ -29,8 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.serving.pd_bundle import (BundleError, PDBundle, decode_header, encode_header, make_header, p_weight_names,
-                                  verify_header, weights_hash, wire_plan)
+from hybrid_lab.core import checks
+from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config
+from hybrid_lab.serving.pd_bundle import (BundleError, PDBundle, decode_header, encode_header, make_header,
+                                          p_weight_names, verify_header, weights_hash, wire_plan)
 
 __all__ = ["TransferTimeout", "PWorker", "DWorker", "free_port", "run_pd", "reference_tokens", "FAULTS"]
 
@@ -51,8 +55,9 @@ class PWorker:
     """
 
     def __init__(self, cfg, weights: dict):
-        from hybrid_lab.models.hysparse2 import HySparse2
         names = p_weight_names(cfg)
+        if not isinstance(weights, dict):
+            raise ValueError(f"weights must be a dict of named arrays, got {type(weights).__name__}")
         missing = [n for n in names if n not in weights]
         if missing:
             raise ValueError(f"weights lacks {len(missing)} Self-decoder/bridge arrays, first {missing[0]!r}")
@@ -67,8 +72,10 @@ class PWorker:
         """Yield (c0, c1, cache) after each chunk of the prompt: Self-decoder + bridges on positions [c0, c1).
 
         Chunked prefill is exact: each chunk continues the caches (causal FA over all earlier rows, SWA windows).
+        tokens: (L,) ids in [0, vocab), L >= 1; chunk_size >= 1.
         """
-        tokens = np.asarray(tokens)
+        tokens = checks.tokens("tokens", tokens, self.cfg.vocab)
+        chunk_size = checks.pos_int("chunk_size", chunk_size)
         cache = None
         for c0 in range(0, len(tokens), chunk_size):
             c1 = min(c0 + chunk_size, len(tokens))
@@ -85,11 +92,10 @@ class DWorker:
     """The decode role: the full model, a table of installed requests, greedy generation from a bundle."""
 
     def __init__(self, cfg, weights: dict, max_len: int | None = None):
-        from hybrid_lab.models.hysparse2 import HySparse2
         self.cfg = cfg
         self.model = HySparse2(cfg, weights=weights)
         self.digest = weights_hash(self.model.weights, p_weight_names(cfg))
-        self.max_len = max_len
+        self.max_len = None if max_len is None else checks.pos_int("max_len", max_len)
         self.installed: dict = {}        # request id -> HySparse2Cache (only verified bundles ever land here)
 
     def accept(self, header: dict) -> None:
@@ -98,17 +104,26 @@ class DWorker:
 
     def install(self, bundle: PDBundle) -> int:
         """Put a verified bundle's state in the request table. Returns the request id."""
+        if not isinstance(bundle, PDBundle):
+            raise ValueError(f"bundle must be a PDBundle, got {type(bundle).__name__}")
         req = bundle.header["request"]
         self.installed[req] = bundle.to_cache(self.cfg)
         return req
 
+    def _installed(self, req):
+        if req not in self.installed:
+            raise ValueError(f"req must be an installed request id {sorted(self.installed)}, got {req!r}")
+        return self.installed[req]
+
     def first(self, req: int) -> int:
         """Token 1 (greedy): the Cross-decoder at the last prompt position only; P already ran its Self."""
-        return int(np.argmax(self.model.first_token(self.installed[req])))
+        return int(np.argmax(self.model.first_token(self._installed(req))))
 
     def decode(self, req: int, token: int, n: int) -> list:
-        """n greedy decode steps from ``token`` (each: Self on a new position, appends, Cross)."""
-        cache, out = self.installed[req], []
+        """n >= 0 greedy decode steps from ``token`` (each: Self on a new position, appends, Cross)."""
+        cache, out = self._installed(req), []
+        token = checks.int_in("token", token, 0, self.cfg.vocab)
+        n = checks.nonneg_int("n", n)
         for _ in range(n):
             logits, cache = self.model.decode_step(token, cache)
             token = int(np.argmax(logits))
@@ -117,16 +132,25 @@ class DWorker:
         return out
 
     def generate(self, req: int, n_new: int) -> list:
-        """First token, then ``n_new - 1`` decode steps."""
+        """First token, then ``n_new - 1`` decode steps (n_new >= 1)."""
+        n_new = checks.pos_int("n_new", n_new)
         tokens = [self.first(req)]
         return tokens + self.decode(req, tokens[0], n_new - 1)
 
 
 def reference_tokens(cfg, prompts, n_new: int) -> list:
-    """Single-process greedy generation (one full model, prefill with early exit, decode) for each prompt."""
-    from hybrid_lab.models.hysparse2 import HySparse2
+    """Single-process greedy generation (one full model, prefill with early exit, decode) for each prompt.
+
+    prompts: 1-D arrays of ids in [0, vocab); n_new >= 1.
+    """
+    if not isinstance(cfg, HySparse2Config):
+        raise ValueError(f"cfg must be a HySparse2Config, got {type(cfg).__name__}")
+    n_new = checks.pos_int("n_new", n_new)
+    if not isinstance(prompts, (list, tuple)):
+        raise ValueError(f"prompts must be a list of 1-D token arrays, got {type(prompts).__name__}")
+    prompts = [checks.tokens(f"prompts[{i}]", p, cfg.vocab) for i, p in enumerate(prompts)]
     model = HySparse2(cfg)
-    return [[int(t) for t in model.generate(np.asarray(p), n_new)[0]] for p in prompts]
+    return [[int(t) for t in model.generate(p, n_new)[0]] for p in prompts]
 
 
 # ---------------------------------------------------------------------------------------------- the transport
@@ -216,7 +240,6 @@ def _init(rank, port, backend, timeout_s):
 def _p_main(port, spec, out):
     """Rank 0: prefill every prompt, stream each bundle, never wait for D's decoding."""
     import torch.distributed as dist
-    from hybrid_lab.models.hysparse2 import HySparse2
     report = {"role": "P", "bytes": {}, "refused_by_d": [], "events": [], "error": None}
     try:
         device = _init(0, port, spec["backend"], spec["timeout_s"])
@@ -328,7 +351,6 @@ def _d_receiver(link, worker, ready, log):
 def _d_main(port, spec, out):
     """Rank 1: receive bundles in a thread; install, first token, decode in the main thread."""
     import torch.distributed as dist
-    from hybrid_lab.models.hysparse2 import HySparse2
     report = {"role": "D", "tokens": {}, "refused": {}, "bytes": {}, "installed": [], "events": [], "error": None}
     try:
         device = _init(1, port, spec["backend"], spec["timeout_s"])
@@ -393,26 +415,26 @@ def run_pd(prompts, n_new: int, cfg=None, backend: str = "gloo", chunk_size: int
     {'P': report, 'D': report} (tokens / refused / bytes / installed / events / error per role). Both processes
     are always joined or killed before returning.
     """
-    import multiprocessing as mp
-    from hybrid_lab.models.hysparse2 import HySparse2Config
     cfg = HySparse2Config() if cfg is None else cfg
+    for name, c in (("cfg", cfg), ("p_cfg", p_cfg if p_cfg is not None else cfg)):
+        if not isinstance(c, HySparse2Config):
+            raise ValueError(f"{name} must be a HySparse2Config, got {type(c).__name__}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    if not isinstance(n_new, int) or n_new < 1:
-        raise ValueError(f"n_new must be an integer >= 1, got {n_new!r}")
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
-    if not prompts:
+    n_new, chunk_size = checks.pos_int("n_new", n_new), checks.pos_int("chunk_size", chunk_size)
+    timeout_s = checks.positive_number("timeout_s", timeout_s)
+    max_len = None if max_len is None else checks.pos_int("max_len", max_len)
+    if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of 1-D integer arrays")
-    prompts = [np.asarray(p, np.int64) for p in prompts]
-    for i, p in enumerate(prompts):
-        if p.ndim != 1 or p.size == 0 or p.min() < 0 or p.max() >= cfg.vocab:
-            raise ValueError(f"prompts[{i}] must be a non-empty 1-D array of ids in [0, {cfg.vocab}), "
-                             f"got shape {p.shape}")
+    prompts = [checks.tokens(f"prompts[{i}]", p, cfg.vocab) for i, p in enumerate(prompts)]
     faults = dict(faults or {})
     for req, f in faults.items():
-        if f.split(":")[0] not in FAULTS:
-            raise ValueError(f"faults[{req}] must be one of {FAULTS}, got {f!r}")
+        checks.int_in("faults key (a request index)", req, 0, len(prompts))
+        kind, _, chunk = f.partition(":") if isinstance(f, str) else (None, "", "")
+        with_chunk = kind in ("die_after_chunk", "stall_after_chunk")
+        if kind not in FAULTS or with_chunk != chunk.isdigit() or (not with_chunk and chunk):
+            raise ValueError(f"faults[{req}] must be one of {FAULTS} ('die_after_chunk:<chunk index>', "
+                             f"'stall_after_chunk:<chunk index>'), got {f!r}")
     spec = {"backend": backend, "prompts": prompts, "n_new": n_new, "cfg": cfg, "p_cfg": p_cfg or cfg,
             "chunk_size": chunk_size, "timeout_s": float(timeout_s), "faults": faults, "max_len": max_len}
     ctx = mp.get_context("spawn")

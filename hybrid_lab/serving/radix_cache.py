@@ -1,29 +1,46 @@
-"""Prefix caches for hybrid models: a radix tree of KV + SSM states and three policies (seed 003 §4, Marconi).
+"""Prefix caches for hybrid models: Marconi's radix tree of KV + SSM states, and the vLLM+ block cache it is compared
+with (Marconi §3-§4; lecture 10 §4).
 
-A prefix of a hybrid model is reusable only if the cache holds (1) the KV of every prefix token, for the attention
-layers, and (2) the SSM states saved at exactly the prefix end (all-or-nothing: a state cannot be truncated).
+Why hybrids are different (Marconi §3): a prefix of a hybrid model is reusable only if the cache holds (1) the KV of
+every prefix token, for the attention layers, and (2) the SSM states saved at exactly the prefix end. A state is
+updated in place, so it cannot be rolled back to a shorter prefix: reuse is all-or-nothing, and a state weighs as
+much as hundreds of tokens of KV (7B: 25 MB = 384 tokens). Saving one every few tokens floods the cache with
+states that are almost never reused.
 
-Tree: a node holds the KV of its edge tokens and at most one SSM state, the state *at its end*. A request hits the
-longest prefix of its input that ends at a node with a state (pure attention: the longest matched prefix).
+The tree: a node holds the KV of its edge's tokens and at most one SSM state, the state *at its end*. A request
+hits the longest prefix of its input that ends at a node with a state (pure attention: any matched prefix).
 
-Policies (one interface: ``make_cache(policy, capacity, model, alpha)`` -> object with ``serve(request)``):
+Serving one request, :meth:`RadixCache.serve` (Marconi §4):
+
+1. **match**: walk the input down the tree; the hit is the deepest matched node holding a state. A hit refreshes
+   only the accessed node's recency.
+2. **admit, judiciously** (Marconi §4.1). Prefix reuse comes in two kinds, and only the states that serve one of
+   them are admitted, at most two per sequence:
+   - *input + output* (a conversation's next turn continues from the last decoded token): after the request, the
+     state at its last decoded token;
+   - *pure input* (a shared system prompt, few-shot block or document), found by **speculative insertion**: if the
+     input would create a new branch node inside the tree, that branch point is a prefix several requests share,
+     and its state is checkpointed during this prefill. The price: a shared prefix hits from its 3rd occurrence.
+3. **evict** until the bytes fit (Marconi §4.2): candidates are the nodes with <= 1 child (a branch point is a
+   shared prefix and stays). The lowest score goes, S = recency + α · FLOP efficiency
+   (:mod:`hybrid_lab.serving.eviction`); α = 0 is LRU. A leaf frees its KV and state; a node with one child frees
+   only its state, and its KV merges into the child.
+
+Policies (one interface: :func:`make_cache` -> an object with ``serve(request)``):
 
 - ``"vllm+"``   vLLM's block cache extended to hybrids: every full 32-token block is admitted with its KV *and* the
-  SSM state at its end; LRU eviction of blocks (tail first). (:class:`BlockCache`)
-- ``"sglang+"`` Marconi's admission + LRU eviction (α = 0). (:class:`RadixCache`)
-- ``"marconi"`` Marconi's admission + FLOP-aware eviction, score = recency + α · FLOP efficiency. (:class:`RadixCache`)
+  SSM state at its end; LRU over blocks, tail first (:class:`BlockCache`).
+- ``"sglang+"`` Marconi's admission + LRU eviction, α = 0 (:class:`RadixCache`).
+- ``"marconi"`` Marconi's admission + FLOP-aware eviction, α > 0 (:class:`RadixCache`); α tuned by replay in
+  :mod:`hybrid_lab.serving.marconi`.
 
-Marconi admission: after a request, the state at its last decoded token (input + output sharing); before prefill,
-speculative insertion: if the input would create a branch node inside an edge, the state at the branch point is
-checkpointed during this prefill (pure-input sharing; the shared prefix hits from its 3rd occurrence).
-Marconi eviction: candidates are all nodes with <= 1 child; a leaf frees its KV and state; an intermediate node
-frees only its state and its KV merges into its only child. A hit refreshes only the accessed node.
-
-Pure attention (no SSM layer): any matched prefix is a hit, and eviction trims a leaf's tail only as far as needed
+Pure attention (no SSM layer): any matched prefix is a hit and eviction trims a leaf's tail only as far as needed
 (KV can be cut anywhere), so the policies nearly coincide.
 
-Two state models: :class:`ByteModel` (sizes + FLOPs only: fast 7B-scale sweeps) and :class:`RealModel` (the mini
-hybrid's actual KV and SSM states; every hit is restored and checked against recomputation).
+What a node holds is given by a state model (:mod:`hybrid_lab.serving.state_models`): ``ByteModel`` (sizes and
+FLOPs only, from :mod:`hybrid_lab.costs.shape7b`: fast 7B-scale sweeps) or ``RealModel`` (the mini hybrid's actual
+KV and SSM states; every hit is restored and checked against recomputation). The nodes themselves live in a
+:class:`~hybrid_lab.serving.node_store.NodeStore`.
 """
 from __future__ import annotations
 
@@ -31,339 +48,217 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybrid_lab.costs.shape7b import L7B, HybridLayout
-from hybrid_lab.serving.marconi import eviction_scores
-from hybrid_lab.serving.workloads import Request, validate_trace
+from hybrid_lab.core.checks import finite_array, int_in, nonneg_number
+from hybrid_lab.core.progress import progress
+from hybrid_lab.serving.eviction import node_scores
+from hybrid_lab.serving.node_store import ROOT, NodeStore
+from hybrid_lab.serving.state_models import ByteModel
+from hybrid_lab.serving.workloads import Request, token_ids, validate_trace
 
 POLICIES = ("vllm+", "sglang+", "marconi")
 
 
-# ---------------------------------------------------------------------------------------------------- state models
-class ByteModel:
-    """Sizes and FLOPs of a layout (default: Marconi's 7B hybrid). No tensors: the fast model for sweeps."""
-
-    real = False
-
-    def __init__(self, layout: HybridLayout = L7B):
-        if not isinstance(layout, HybridLayout):
-            raise ValueError(f"layout must be a HybridLayout, got {type(layout).__name__}")
-        self.layout = layout
-        self.kv_bytes_per_token = int(layout.kv_bytes_per_token)
-        self.state_bytes = int(layout.state_bytes)
-        self.needs_state = layout.n_ssm > 0
-
-    def flops(self, L):
-        return self.layout.prefill_flops(L)
-
-
-class RealModel(ByteModel):
-    """The mini hybrid's real KV and SSM states (``hybrid_lab.models.hybrid.MiniHybrid``).
-
-    Sizes come from the model's arrays; FLOPs (for eviction scores only) from a layout of the same widths.
-    ``verify=True`` restores every hit and compares it with a fresh prefill of the same prefix: a mismatch raises
-    ``RuntimeError`` (a cache must never serve a wrong state). ``atol`` is the comparison tolerance.
-    """
-
-    real = True
-
-    def __init__(self, model, verify: bool = True, atol: float | None = None):
-        cfg = model.cfg
-        itemsize = np.dtype(cfg.dtype).itemsize
-        layout = HybridLayout(n_attn=cfg.n_attn, n_ssm=cfg.n_ssm, n_mlp=len(cfg.layers) if cfg.mlp else 0,
-                              d_model=cfg.d_model, n_heads=cfg.n_heads, d_state=cfg.d_state, dtype_bytes=itemsize,
-                              mlp_hidden=4 * cfg.d_model, expand=1, ssm_head_dim=cfg.d_model)
-        super().__init__(layout)
-        self.model = model
-        self.verify = verify
-        self.atol = atol if atol is not None else (1e-4 if itemsize == 4 else 1e-9)
-        self.verified_hits = 0
-
-
-def _nonneg_number(name, v) -> float:
-    """float(v) if v is a finite number >= 0, else a ValueError naming the argument."""
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}") from None
-    if isinstance(v, (bool, np.bool_)) or not np.isfinite(x) or x < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    return x
-
-
-def _full_sequence(req: Request) -> np.ndarray:
-    """input + output as one array; a view (no copy) when the trace generator built them in one buffer."""
-    a, b = req.input_ids, req.output_ids
-    base = a.base
-    if b.size == 0:
-        return a
-    if (base is not None and b.base is base and isinstance(base, np.ndarray) and base.ndim == 1
-            and base.flags.c_contiguous and a.dtype == base.dtype == b.dtype and a.flags.c_contiguous):
-        item = base.itemsize
-        p0 = base.__array_interface__["data"][0]
-        oa = (a.__array_interface__["data"][0] - p0) // item
-        ob = (b.__array_interface__["data"][0] - p0) // item
-        if ob == oa + a.size:
-            return base[oa: ob + b.size]
-    return np.concatenate([a, b])
-
-
+# ---------------------------------------------------------------------------------------------------- shared base
 @dataclass
 class ServeRecord:
-    """What the cache decided for one request (used by exercise 3 and the tests)."""
+    """What the cache decided for one request (lecture 10, exercise 3, and the tests)."""
 
     session: int
     turn: int
     n_input: int
-    hit: int                       # tokens reused
-    checkpoint: int | None         # speculative-insertion branch point (absolute position), if any
-    states_added: list = field(default_factory=list)   # positions of SSM states admitted for this request
+    hit: int                       # input tokens reused
+    checkpoint: int | None         # speculative insertion's branch point (absolute position), if any
+    states_added: list = field(default_factory=list)   # positions of the SSM states admitted for this request
 
 
-# ---------------------------------------------------------------------------------------------------- shared base
-class _CacheBase:
-    """Node arrays (struct of arrays, ids recycled), byte/token accounting and statistics."""
+class PrefixCache:
+    """What both policies share: the nodes (a :class:`NodeStore`), bytes held against ``capacity``, statistics,
+    and the real model's restore / verify / prefill.
+
+    capacity: bytes (>= 0; 0 caches nothing); model: a :class:`ByteModel` or :class:`RealModel` (default: 7B bytes).
+    """
 
     policy = "base"
 
-    def __init__(self, capacity: float, model=None):
-        self.capacity = _nonneg_number("capacity (bytes)", capacity)
+    def __init__(self, capacity: float, model: ByteModel | None = None):
+        self.capacity = nonneg_number("capacity", capacity)
         self.model = ByteModel() if model is None else model
         if not isinstance(self.model, ByteModel):
             raise ValueError(f"model must be a ByteModel or RealModel, got {type(self.model).__name__}")
-        self.kvb = self.model.kv_bytes_per_token
-        self.stb = self.model.state_bytes
-        self._n = 0
-        self._free: list = []
-        self._grow(64)
-        self.seq: list = []
-        self.kv: list = []            # real model: per node, [(K_edge, V_edge) per attention layer]
-        self.st: list = []            # real model: per node, [h per SSM layer] or None
-        root = self._alloc()
-        assert root == 0
-        self.clock = 0
-        self.bytes_held = 0.0
-        self.n_tokens = 0
+        self.kv_bytes_per_token = self.model.kv_bytes_per_token
+        self.state_bytes = self.model.state_bytes
+        self.nodes = NodeStore()
+        self.clock = 0                 # one tick per request: the recency of a node is the tick of its last use
+        self.bytes_held = 0.0          # KV of every edge + every state
+        self.n_tokens = 0              # tokens of KV held
         self.stats = dict(requests=0, input_tokens=0, hit_tokens=0, kv_tokens_inserted=0, kv_tokens_reused=0,
                           states_inserted=0, states_reused=0, evictions=0, evicted_leaves=0, evicted_intermediate=0)
-        self.log: list = []           # ServeRecord per request when keep_log
-        self.keep_log = False
-        self.eviction_log: list = None  # list of dicts when enabled (tests)
+        self.keep_log = False          # True: a ServeRecord per request in ``log``
+        self.log: list = []
+        self.eviction_log: list | None = None   # a list: one dict per eviction (the tests)
 
-    # arrays ---------------------------------------------------------------------------------------------------
-    _FIELDS = (("parent", np.int64, -1), ("end", np.int64, 0), ("elen", np.int64, 0), ("t", np.float64, 0.0),
-               ("has_state", bool, False), ("nchild", np.int64, 0), ("alive", bool, False), ("kvc", np.int64, 0),
-               ("shit", bool, False), ("hkey", np.uint64, 0))
-
-    def _grow(self, n):
-        old = getattr(self, "_cap", 0)
-        for name, dt, fill in self._FIELDS:
-            a = np.full(n, fill, dtype=dt)
-            if old:
-                a[:old] = getattr(self, name)
-            setattr(self, name, a)
-        self._cap = n
-
-    def _alloc(self) -> int:
-        if self._free:
-            i = self._free.pop()
-        else:
-            if self._n == self._cap:
-                self._grow(2 * self._cap)
-            i = self._n
-            self._n += 1
-            self.seq.append(None)
-            self.kv.append(None)
-            self.st.append(None)
-            self._extra_alloc()
-        for name, dt, fill in self._FIELDS:
-            getattr(self, name)[i] = fill
-        self.alive[i] = True
-        return i
-
-    def _extra_alloc(self):
-        pass
-
-    def _alloc_many(self, k) -> np.ndarray:
-        """k fresh node ids (recycled first), fields reset; used by the block cache's bulk insert."""
-        take = min(k, len(self._free))
-        ids = [self._free.pop() for _ in range(take)]
-        rest = k - take
-        if rest:
-            while self._n + rest > self._cap:
-                self._grow(2 * self._cap)
-            ids.extend(range(self._n, self._n + rest))
-            self._n += rest
-            self.seq.extend([None] * rest)
-            self.kv.extend([None] * rest)
-            self.st.extend([None] * rest)
-        ids = np.asarray(ids, dtype=np.int64)
-        for name, dt, fill in self._FIELDS:
-            getattr(self, name)[ids] = fill
-        self.alive[ids] = True
-        return ids
-
-    def _release(self, i):
-        self.alive[i] = False
-        self.seq[i] = None
-        self.kv[i] = None
-        self.st[i] = None
-        self._free.append(i)
-
-    # public helpers -------------------------------------------------------------------------------------------
     @property
     def n_nodes(self) -> int:
         """Nodes in the tree, root excluded."""
-        return int(self.alive[: self._n].sum()) - 1
+        return self.nodes.count()
 
     @property
     def n_states(self) -> int:
-        return int((self.alive[: self._n] & self.has_state[: self._n]).sum())
+        """SSM states held."""
+        return int(self.nodes.has_state[self.nodes.live()].sum())
 
     def recount(self) -> tuple:
         """(tokens, bytes) recomputed from the nodes, to check the incremental accounting."""
-        a = self.alive[: self._n].copy()
-        a[0] = False
-        tok = int(self.elen[: self._n][a].sum())
-        states = int(self.has_state[: self._n][a].sum())
-        return tok, float(tok * self.kvb + states * self.stb)
+        ids = self.nodes.live()
+        tok = int(self.nodes.edge_len[ids].sum())
+        states = int(self.nodes.has_state[ids].sum())
+        return tok, float(tok * self.kv_bytes_per_token + states * self.state_bytes)
 
-    def node_prefix(self, i) -> np.ndarray:
-        """Token ids from the root to the end of node i."""
-        return self.seq[i][: self.end[i]]
+    def node_prefix(self, node: int) -> np.ndarray:
+        """Token ids from the root to the end of ``node`` (a live node id)."""
+        return self.nodes.prefix(self.nodes.check_id(node))
 
     def state_prefixes(self) -> list:
         """Token prefixes (arrays) that end at a node holding a state: the only places a hybrid hit can end."""
-        return [self.node_prefix(i) for i in np.flatnonzero(self.alive[: self._n] & self.has_state[: self._n]) if i]
+        ids = self.nodes.live()
+        return [self.nodes.prefix(i) for i in ids[self.nodes.has_state[ids]]]
 
-    def serve_trace(self, trace, progress_desc=None):
-        """Serve every request of a trace in order; returns a :class:`SimResult`."""
+    def serve(self, req: Request) -> int:
+        raise NotImplementedError
+
+    def serve_trace(self, trace, progress_desc: str | None = None) -> "SimResult":
+        """Serve every request of a trace in order; returns a :class:`SimResult`. ``progress_desc``: a progress
+        bar's label (None: no bar)."""
         trace = validate_trace(trace)
+        if progress_desc is not None and not isinstance(progress_desc, str):
+            raise ValueError(f"progress_desc must be a string or None, got {progress_desc!r}")
         hits = np.zeros(len(trace), np.int64)
-        it = trace
-        if progress_desc:
-            from hybrid_lab.core.progress import progress
-            it = progress(trace, desc=progress_desc)
-        for i, r in enumerate(it):
+        for i, r in enumerate(progress(trace, desc=progress_desc) if progress_desc else trace):
             hits[i] = self.serve(r)
         return SimResult.from_run(self, trace, hits)
 
-    # real-model helpers -------------------------------------------------------------------------------------
-    def _restore(self, path_nodes, hit):
-        """HybridCache of the first ``hit`` tokens from the KV of the path's edges + the state at the hit node."""
-        from hybrid_lab.models.hybrid import HybridCache
+    def _check_request(self, req):
+        if not isinstance(req, Request):
+            raise ValueError(f"req must be a Request, got {type(req).__name__}")
 
-        m = self.model.model
-        n_attn = m.cfg.n_attn
-        kv = []
-        for a in range(n_attn):
-            K = np.concatenate([self.kv[i][a][0] for i in path_nodes]) if path_nodes else None
-            V = np.concatenate([self.kv[i][a][1] for i in path_nodes]) if path_nodes else None
-            kv.append((K[:hit], V[:hit]))
-        st = self.st[path_nodes[-1]] if self.model.needs_state else []
-        return HybridCache.from_parts(kv, st if st is not None else [], hit)
-
-    def _verify(self, restored, full, hit):
-        """Compare a restored prefix with recomputation; raise if the cache would serve a wrong state."""
-        mdl = self.model
-        _, fresh, _ = mdl.model.prefill(full[:hit])
-        ok = all(np.allclose(a, b, rtol=0, atol=mdl.atol) for a, b in zip(restored.ssm, fresh.ssm))
-        ok = ok and all(np.allclose(k1, k2, rtol=0, atol=mdl.atol) and np.allclose(v1, v2, rtol=0, atol=mdl.atol)
-                        for (k1, v1), (k2, v2) in zip(restored.kv, fresh.kv))
-        if not ok:
-            raise RuntimeError(f"{self.policy}: cache hit of {hit} tokens does not match recomputation")
-        mdl.verified_hits += 1
-
-    def _run_model(self, full, hit, path_nodes, positions):
-        """Prefill full[hit:] on top of the restored prefix; returns (final cache, snapshots at ``positions``)."""
-        mdl = self.model
-        cache0 = None
-        if hit > 0:
-            cache0 = self._restore(path_nodes, hit)
-            if mdl.verify:
-                self._verify(cache0, full, hit)
-        positions = sorted(p for p in set(positions) if hit < p <= len(full))
-        _, cache, snaps = mdl.model.prefill(full[hit:], cache=cache0, snapshot_at=positions)
-        return cache, snaps
-
-    @staticmethod
-    def _kv_slice(cache, a, b):
-        return [(K[a:b].copy(), V[a:b].copy()) for K, V in cache.kv]
-
-
-# ---------------------------------------------------------------------------------------------------- radix tree
-
-    def _clone_tables(self):
-        """A shallow copy whose node tables and lists are copied (what both policies' ``clone`` share)."""
+    def _copy(self):
+        """A copy with its own nodes and counters (both policies' ``clone``)."""
         c = object.__new__(type(self))
         c.__dict__.update(self.__dict__)
-        for name, _, _ in self._FIELDS:
-            setattr(c, name, getattr(self, name).copy())
-        c._free = list(self._free)
-        c.seq, c.kv, c.st = list(self.seq), list(self.kv), list(self.st)
-        return c
-
-
-class RadixCache(_CacheBase):
-    """Token-level radix tree with Marconi's admission; eviction by ``eviction_scores`` (α = 0: LRU = SGLang+).
-
-    capacity: bytes; model: ByteModel / RealModel; alpha >= 0; score_fn(last_access, saved_flops, nbytes, alpha)
-    -> scores (lowest is evicted) replaces :func:`hybrid_lab.serving.marconi.eviction_scores` (the notebook's exercise).
-    """
-
-    def __init__(self, capacity: float, model=None, alpha: float = 0.0, score_fn=None, policy: str | None = None):
-        super().__init__(capacity, model)
-        self.alpha = alpha
-        self.score_fn = eviction_scores if score_fn is None else score_fn
-        self.policy = policy or ("sglang+" if alpha == 0 else "marconi")
-        self.children[0] = {}
-
-    @property
-    def alpha(self):
-        return self._alpha
-
-    @alpha.setter
-    def alpha(self, a):
-        self._alpha = _nonneg_number("alpha", a)
-
-    def _extra_alloc(self):
-        self.children.append(None)
-
-    def _alloc(self) -> int:
-        if not hasattr(self, "children"):
-            self.children = []
-        i = super()._alloc()
-        self.children[i] = {}
-        return i
-
-    def _release(self, i):
-        super()._release(i)
-        self.children[i] = None
-
-    def clone(self) -> "RadixCache":
-        """An independent copy (token buffers and payload arrays are shared: they are never written)."""
-        c = self._clone_tables()
-        c.children = [None if d is None else dict(d) for d in self.children]
+        c.nodes = self.nodes.copy()
         c.stats = dict(self.stats)
         c.log = []
         c.eviction_log = None
         return c
 
-    # matching --------------------------------------------------------------------------------------------------
-    def _edge(self, c):
-        e = self.end[c]
-        return self.seq[c][e - self.elen[c]: e]
+    # real model ---------------------------------------------------------------------------------------------
+    def _run_model(self, tokens, hit, path, positions):
+        """Restore (and verify) the hit from the KV along ``path`` + the state at its last node, then prefill the
+        rest; returns (the cache at the end, {position: SSM states} at ``positions``)."""
+        mdl = self.model
+        restored = None
+        if hit > 0:
+            restored = self._restore(path, hit)
+            if mdl.verify:
+                mdl.check_hit(restored, tokens, hit, self.policy)
+        return mdl.resume(tokens, hit, restored, positions)
 
+    def _restore(self, path, hit):
+        state = self.nodes.state[path[-1]] if self.model.needs_state else []
+        return self.model.restore([self.nodes.kv[i] for i in path], state, hit)
+
+
+# ---------------------------------------------------------------------------------------------------- Marconi
+class RadixCache(PrefixCache):
+    """Token-level radix tree with Marconi's admission (§4.1) and FLOP-aware eviction (§4.2); α = 0 is LRU (SGLang+).
+
+    capacity: bytes; model: ByteModel / RealModel; alpha >= 0; policy: the name reported ("sglang+" / "marconi",
+    default from α). ``score_fn(last_access, saved_flops, nbytes, alpha) -> scores`` (lowest evicted) replaces
+    :func:`hybrid_lab.serving.eviction.eviction_scores` (the notebook's exercise).
+    """
+
+    def __init__(self, capacity: float, model: ByteModel | None = None, alpha: float = 0.0, score_fn=None,
+                 policy: str | None = None):
+        super().__init__(capacity, model)
+        self.alpha = alpha
+        if score_fn is not None and not callable(score_fn):
+            raise ValueError(f"score_fn must be a function (last_access, saved_flops, nbytes, alpha) -> scores or "
+                             f"None, got {score_fn!r}")
+        self.score_fn = node_scores if score_fn is None else score_fn
+        if policy is not None and policy not in ("sglang+", "marconi"):
+            raise ValueError(f"policy must be 'sglang+', 'marconi' or None, got {policy!r}")
+        self.policy = policy or ("sglang+" if self.alpha == 0 else "marconi")
+        self.nodes.children[ROOT] = {}
+        self._flops_table = np.zeros(0)    # prefill FLOPs of every prefix length 0..L (see _prefill_flops)
+
+    @property
+    def alpha(self) -> float:
+        """Weight of FLOP efficiency against recency in the eviction score (Marconi §4.2)."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, a):
+        self._alpha = nonneg_number("alpha", a)
+
+    def clone(self) -> "RadixCache":
+        """An independent copy (token arrays and payloads are shared: they are never written in place)."""
+        return self._copy()
+
+    # serving ---------------------------------------------------------------------------------------------------
+    def serve(self, req: Request) -> int:
+        """Serve one request: match, reuse, admit (Marconi §4.1), evict (§4.2). Returns the input tokens reused."""
+        self._check_request(req)
+        self.clock += 1
+        now = float(self.clock)
+        tokens, n_in = req.tokens, req.n_input
+
+        # 1. match: walk the input down the tree; the hit, and the nodes whose KV and state it reuses
+        path, m, split_node, split_at = self._walk(tokens, n_in)
+        hit, used = self._reuse(path, m, split_node, split_at, now)
+
+        # 2. admit (Marconi §4.1), pure-input sharing: speculative insertion finds a new branch point, if any
+        branch = self._speculative_insertion(path, m, split_node, n_in)
+        final = snaps = None
+        if self.model.real:                              # restore + verify the hit, prefill the rest, snapshot
+            final, snaps = self._run_model(tokens, hit, used, [len(tokens)] + ([branch] if branch is not None else []))
+
+        # 2. admit, input + output sharing: insert the whole sequence; states at the branch and the last token
+        added = self._insert(tokens, branch, now, final, snaps)
+        self.stats["requests"] += 1
+        self.stats["input_tokens"] += n_in
+        self.stats["hit_tokens"] += hit
+        if self.keep_log:
+            self.log.append(ServeRecord(req.session, req.turn, n_in, hit, branch, added))
+
+        # 3. evict until the cache fits (Marconi §4.2)
+        self._evict_until(self.capacity)
+        return hit
+
+    def match(self, tokens) -> int:
+        """Tokens a request with this input would reuse now (no side effects). tokens: (L,) token ids."""
+        tokens = token_ids("tokens", tokens)
+        path, m, _, _ = self._walk(tokens, len(tokens))
+        if not self.model.needs_state:
+            return m
+        for c in reversed(path):
+            if self.nodes.has_state[c]:
+                return int(self.nodes.end[c])
+        return 0
+
+    # 1. match ----------------------------------------------------------------------------------------------
     def _walk(self, tokens, n):
-        """Follow tokens[:n]. Returns (fully matched nodes, matched tokens m, diverging node or -1, offset in it)."""
-        node, pos, path = 0, 0, []
-        children = self.children
+        """Follow tokens[:n] down the tree. Returns (fully matched nodes root first, matched tokens m, the node whose
+        edge the input leaves midway or -1, tokens matched on that edge)."""
+        nodes = self.nodes
+        node, pos, path = ROOT, 0, []
+        children = nodes.children
         while pos < n:
             c = children[node].get(int(tokens[pos]))
             if c is None:
                 break
-            e = int(self.elen[c])
+            e = int(nodes.edge_len[c])
             lim = min(e, n - pos)
-            neq = np.flatnonzero(self._edge(c)[:lim] != tokens[pos: pos + lim])
+            neq = np.flatnonzero(nodes.edge(c)[:lim] != tokens[pos: pos + lim])
             k = int(neq[0]) if neq.size else lim
             if k == e:
                 path.append(c)
@@ -373,295 +268,299 @@ class RadixCache(_CacheBase):
             return path, pos + k, c, k
         return path, pos, -1, 0
 
-    def match(self, tokens) -> int:
-        """Tokens a request with this input would reuse now (no side effects)."""
-        tokens = np.asarray(tokens)
-        path, m, _, _ = self._walk(tokens, len(tokens))
-        if not self.model.needs_state:
-            return m
-        for c in reversed(path):
-            if self.has_state[c]:
-                return int(self.end[c])
-        return 0
+    def _reuse(self, path, m, split_node, split_at, now):
+        """The hit (tokens reused) and the nodes whose KV/state it reads; refreshes the accessed node and counts
+        reuse. Hybrid: the deepest matched node with a state. Pure attention: all m matched tokens."""
+        nodes = self.nodes
+        if self.model.needs_state:
+            hit_i, hit_node = -1, ROOT
+            for j in range(len(path) - 1, -1, -1):
+                if nodes.has_state[path[j]]:
+                    hit_i, hit_node = j, path[j]
+                    break
+            hit = int(nodes.end[hit_node])
+        else:
+            hit = m
+            hit_i = len(path) - 1
+            hit_node = split_node if split_node >= 0 else (path[-1] if path else ROOT)
+        if hit > 0:
+            nodes.last_access[hit_node] = now            # only the accessed node is refreshed (Marconi §4.2)
+            for c in path[: hit_i + 1]:
+                e = int(nodes.edge_len[c])
+                self.stats["kv_tokens_reused"] += e - int(nodes.kv_reused[c])
+                nodes.kv_reused[c] = e
+            if split_node >= 0 and not self.model.needs_state:
+                self.stats["kv_tokens_reused"] += max(0, split_at - int(nodes.kv_reused[split_node]))
+                nodes.kv_reused[split_node] = max(int(nodes.kv_reused[split_node]), split_at)
+            if self.model.needs_state and not nodes.state_reused[hit_node]:
+                nodes.state_reused[hit_node] = True
+                self.stats["states_reused"] += 1
+        used = path[: hit_i + 1] + ([split_node] if split_node >= 0 and not self.model.needs_state else [])
+        return hit, used
 
-    # structure edits -------------------------------------------------------------------------------------------
-    def _split(self, c, k, now):
-        """Cut node c's edge after k tokens: a new node ``mid`` takes the first k tokens and becomes c's parent."""
-        mid = self._alloc()
-        p = int(self.parent[c])
-        first = int(self._edge(c)[0])
-        self.parent[mid] = p
-        self.end[mid] = self.end[c] - self.elen[c] + k
-        self.elen[mid] = k
-        self.t[mid] = self.t[c]
-        self.seq[mid] = self.seq[c]
-        self.nchild[mid] = 1
-        self.children[p][first] = mid
-        self.children[mid] = {int(self.seq[c][self.end[mid]]): c}
-        self.parent[c] = mid
-        self.elen[c] -= k
-        kc = int(self.kvc[c])
-        self.kvc[mid] = min(kc, k)
-        self.kvc[c] = max(kc - k, 0)
+    # 2. admit ----------------------------------------------------------------------------------------------
+    def _speculative_insertion(self, path, m, split_node, n_in):
+        """The position where this input would create a new branch node inside the tree, or None. A branch point
+        is a prefix several requests share (a system prompt, a document): its state is checkpointed during this
+        prefill, so the prefix hits from its 3rd occurrence on (Marconi §4.1)."""
+        if not 0 < m < n_in:
+            return None
+        if split_node >= 0:
+            return m                                     # the input leaves an edge midway: a new node at m
+        last = path[-1] if path else ROOT
+        if path and not self.nodes.has_state[last] and self.nodes.n_children[last] >= 1:
+            return m                                     # a state-less split point becomes a branch
+        return None
+
+    def _insert(self, tokens, branch, now, final, snaps):
+        """Insert the whole sequence (input + output); admit the state at ``branch`` (speculative insertion) and at
+        the last token. Returns the positions of the states admitted."""
+        nodes = self.nodes
+        n = len(tokens)
+        node, pos = ROOT, 0
+        added = []
+        while True:
+            if branch is not None and pos == branch and node != ROOT:
+                if self._add_state(node, now, snaps=snaps, pos=branch):
+                    added.append(branch)
+            if pos == n:
+                break
+            c = nodes.children[node].get(int(tokens[pos]))
+            if c is None:                                # a new leaf for the rest of the sequence
+                node, pos = self._new_leaf(node, tokens, pos, now, final), n
+                continue
+            e = int(nodes.edge_len[c])
+            lim = min(e, n - pos)
+            neq = np.flatnonzero(nodes.edge(c)[:lim] != tokens[pos: pos + lim])
+            stop = int(neq[0]) if neq.size else lim
+            if branch is not None and pos < branch < pos + stop:
+                stop = branch - pos
+            if stop == e:
+                node, pos = c, pos + e
+                continue
+            node, pos = self._split(c, stop), pos + stop
+        if node != ROOT and self._add_state(node, now, final=final):
+            added.append(n)
+        return added
+
+    def _new_leaf(self, parent, tokens, pos, now, final) -> int:
+        """A new leaf under ``parent`` holding tokens[pos:] (and their KV); returns its id."""
+        nodes = self.nodes
+        n = len(tokens)
+        leaf = nodes.new()
+        nodes.children[leaf] = {}
+        nodes.parent[leaf] = parent
+        nodes.end[leaf] = n
+        nodes.edge_len[leaf] = n - pos
+        nodes.tokens[leaf] = tokens
+        nodes.last_access[leaf] = now
+        nodes.children[parent][int(tokens[pos])] = leaf
+        nodes.n_children[parent] += 1
+        self.n_tokens += n - pos
+        self.bytes_held += (n - pos) * self.kv_bytes_per_token
+        self.stats["kv_tokens_inserted"] += n - pos
         if self.model.real:
-            self.kv[mid] = [(K[:k], V[:k]) for K, V in self.kv[c]]
-            self.kv[c] = [(K[k:], V[k:]) for K, V in self.kv[c]]
+            nodes.kv[leaf] = self.model.kv_slice(final, pos, n)
+        return leaf
+
+    def _split(self, c, k):
+        """Cut node c's edge after k tokens: a new node ``mid`` takes the first k tokens and becomes c's parent."""
+        nodes = self.nodes
+        mid = nodes.new()
+        p = int(nodes.parent[c])
+        first = int(nodes.edge(c)[0])
+        nodes.parent[mid] = p
+        nodes.end[mid] = nodes.end[c] - nodes.edge_len[c] + k
+        nodes.edge_len[mid] = k
+        nodes.last_access[mid] = nodes.last_access[c]
+        nodes.tokens[mid] = nodes.tokens[c]
+        nodes.n_children[mid] = 1
+        nodes.children[p][first] = mid
+        nodes.children[mid] = {int(nodes.tokens[c][nodes.end[mid]]): c}
+        nodes.parent[c] = mid
+        nodes.edge_len[c] -= k
+        kc = int(nodes.kv_reused[c])
+        nodes.kv_reused[mid] = min(kc, k)
+        nodes.kv_reused[c] = max(kc - k, 0)
+        if self.model.real:
+            nodes.kv[mid] = [(K[:k], V[:k]) for K, V in nodes.kv[c]]
+            nodes.kv[c] = [(K[k:], V[k:]) for K, V in nodes.kv[c]]
         return mid
 
     def _add_state(self, i, now, snaps=None, pos=None, final=None):
-        self.t[i] = now
-        if self.has_state[i]:
+        """Admit the SSM states at node i's end (from the final cache or a snapshot); False if it already has them."""
+        nodes = self.nodes
+        nodes.last_access[i] = now
+        if nodes.has_state[i]:
             return False
-        self.has_state[i] = True
-        self.shit[i] = False
-        self.bytes_held += self.stb
+        nodes.has_state[i] = True
+        nodes.state_reused[i] = False
+        self.bytes_held += self.state_bytes
         self.stats["states_inserted"] += 1
         if self.model.real:
-            self.st[i] = [h.copy() for h in (final.ssm if final is not None else snaps[pos])]
+            nodes.state[i] = [h.copy() for h in (final.ssm if final is not None else snaps[pos])]
         return True
 
-    def _merge_into_child(self, p):
-        """Node p (one child, state already dropped) disappears; its edge KV is prepended to its child's."""
-        (c,) = self.children[p].values()
-        g = int(self.parent[p])
-        self.children[g][int(self._edge(p)[0])] = c
-        self.parent[c] = g
-        kp = int(self.kvc[p])
-        self.kvc[c] = kp + (int(self.kvc[c]) if kp == self.elen[p] else 0)
-        self.elen[c] += self.elen[p]
-        if self.model.real:
-            self.kv[c] = [(np.concatenate([K1, K2]), np.concatenate([V1, V2]))
-                          for (K1, V1), (K2, V2) in zip(self.kv[p], self.kv[c])]
-        self._release(p)
+    # 3. evict ----------------------------------------------------------------------------------------------
+    def _evict_until(self, limit):
+        while self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
+            v = self._pick_victim()
+            if not self.model.needs_state and self.nodes.n_children[v] == 0 and self.kv_bytes_per_token > 0:
+                # pure attention: KV can be cut anywhere, so a leaf only loses as many tail tokens as needed
+                cut = int(np.ceil((self.bytes_held - limit) / self.kv_bytes_per_token - 1e-9))
+                if 0 < cut < self.nodes.edge_len[v]:
+                    self._trim(v, cut)
+                    continue
+            self._evict(v)
+
+    def _pick_victim(self) -> int:
+        """The candidate (<= 1 child) with the lowest score; ties go to the deeper node, then the lower id."""
+        nodes = self.nodes
+        idx = nodes.live()
+        cand = nodes.n_children[idx] <= 1
+        t, end, edge_len = nodes.last_access[idx], nodes.end[idx], nodes.edge_len[idx]
+        saved = self._prefill_flops(end) - self._prefill_flops(end - edge_len)   # relative to the parent
+        nbytes = edge_len * float(self.kv_bytes_per_token) + nodes.has_state[idx] * float(self.state_bytes)
+        score = np.asarray(self.score_fn(t, saved, nbytes, self._alpha), dtype=np.float64)
+        if score.shape != idx.shape:
+            raise ValueError(f"score_fn must return one score per node, shape {idx.shape}, got {score.shape}")
+        sc = score[cand]
+        if not np.isfinite(sc).all():
+            raise ValueError(f"score_fn must return finite scores, got {sc[~np.isfinite(sc)][0]}")
+        ci = idx[cand]
+        best = sc.min()
+        ties = ci[sc <= best + 1e-12 * max(1.0, abs(best))]
+        v = int(ties[np.argmax(nodes.end[ties])]) if ties.size > 1 else int(ties[0])
+        if self.eviction_log is not None:
+            self.eviction_log.append(dict(node=v, nchild=int(nodes.n_children[v]), t=float(nodes.last_access[v]),
+                                          min_t=float(t[cand].min()), clock=self.clock))
+        return v
+
+    def _prefill_flops(self, lengths):
+        """The model's prefill FLOPs of prefixes of these lengths, (n,). Looked up in a table of
+        ``model.flops(0..L)`` that grows by doubling: the formula runs once per doubling, not once per eviction."""
+        need = int(lengths.max()) + 1
+        if need > len(self._flops_table):
+            self._flops_table = self.model.flops(np.arange(max(need, 2 * len(self._flops_table))))
+        return self._flops_table[lengths]
 
     def _evict(self, v):
-        nc = int(self.nchild[v])
-        if nc > 1 or v == 0:
+        """Drop node v's state; a leaf also drops its KV, a node with one child merges its KV into the child."""
+        nodes = self.nodes
+        nc = int(nodes.n_children[v])
+        if nc > 1 or v == ROOT:
             raise AssertionError(f"refusing to evict node {v} with {nc} children")  # never happens by construction
         self.stats["evictions"] += 1
-        if self.has_state[v]:
-            self.bytes_held -= self.stb
-            self.has_state[v] = False
+        if nodes.has_state[v]:
+            self.bytes_held -= self.state_bytes
+            nodes.has_state[v] = False
         if nc == 1:                                  # intermediate: only the state goes, KV merges into the child
             self.stats["evicted_intermediate"] += 1
             self._merge_into_child(v)
             return
         self.stats["evicted_leaves"] += 1
-        e = int(self.elen[v])
-        self.bytes_held -= e * self.kvb
+        e = int(nodes.edge_len[v])
+        self.bytes_held -= e * self.kv_bytes_per_token
         self.n_tokens -= e
-        p = int(self.parent[v])
-        del self.children[p][int(self._edge(v)[0])]
-        self.nchild[p] -= 1
-        self._release(v)
+        p = int(nodes.parent[v])
+        del nodes.children[p][int(nodes.edge(v)[0])]
+        nodes.n_children[p] -= 1
+        nodes.free(v)
         # a hybrid hit needs a state: a state-less node that is now a leaf is dead weight; with one child it is
         # just a split point, so compress the path.
-        if p != 0 and self.model.needs_state and not self.has_state[p]:
-            if self.nchild[p] == 0:
+        if p != ROOT and self.model.needs_state and not nodes.has_state[p]:
+            if nodes.n_children[p] == 0:
                 self._evict(p)
-            elif self.nchild[p] == 1:
+            elif nodes.n_children[p] == 1:
                 self._merge_into_child(p)
 
-    def _pick_victim(self) -> int:
-        n = self._n
-        alive = self.alive[:n].copy()
-        alive[0] = False
-        idx = np.flatnonzero(alive)
-        cand = self.nchild[idx] <= 1
-        t, end, elen = self.t[idx], self.end[idx], self.elen[idx]
-        saved = self.model.flops(end) - self.model.flops(end - elen)
-        nbytes = elen * float(self.kvb) + self.has_state[idx] * float(self.stb)
-        score = np.asarray(self.score_fn(t, saved, nbytes, self._alpha), dtype=np.float64)
-        if score.shape != idx.shape:
-            raise ValueError(f"score_fn must return one score per node, shape {idx.shape}, got {score.shape}")
-        sc = score[cand]
-        ci = idx[cand]
-        best = sc.min()
-        ties = ci[sc <= best + 1e-12 * max(1.0, abs(best))]
-        v = int(ties[np.argmax(self.end[ties])]) if ties.size > 1 else int(ties[0])   # tie: deeper node first
-        if self.eviction_log is not None:
-            self.eviction_log.append(dict(node=v, nchild=int(self.nchild[v]), t=float(self.t[v]),
-                                          min_t=float(t[cand].min()), clock=self.clock))
-        return v
-
-    def _evict_until(self, limit):
-        while self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
-            v = self._pick_victim()
-            if not self.model.needs_state and self.nchild[v] == 0 and self.kvb > 0:
-                # pure attention: KV can be cut anywhere, so a leaf only loses as many tail tokens as needed
-                cut = int(np.ceil((self.bytes_held - limit) / self.kvb - 1e-9))
-                if 0 < cut < self.elen[v]:
-                    self._trim(v, cut)
-                    continue
-            self._evict(v)
+    def _merge_into_child(self, p):
+        """Node p (one child, no state) disappears; its edge's KV is prepended to its child's."""
+        nodes = self.nodes
+        (c,) = nodes.children[p].values()
+        g = int(nodes.parent[p])
+        nodes.children[g][int(nodes.edge(p)[0])] = c
+        nodes.parent[c] = g
+        kp = int(nodes.kv_reused[p])
+        nodes.kv_reused[c] = kp + (int(nodes.kv_reused[c]) if kp == nodes.edge_len[p] else 0)
+        nodes.edge_len[c] += nodes.edge_len[p]
+        if self.model.real:
+            nodes.kv[c] = [(np.concatenate([K1, K2]), np.concatenate([V1, V2]))
+                           for (K1, V1), (K2, V2) in zip(nodes.kv[p], nodes.kv[c])]
+        nodes.free(p)
 
     def _trim(self, v, cut):
+        """Pure attention: cut the last ``cut`` tokens of leaf v."""
+        nodes = self.nodes
         self.stats["evictions"] += 1
         self.stats["evicted_leaves"] += 1
-        self.elen[v] -= cut
-        self.end[v] -= cut
-        self.kvc[v] = min(int(self.kvc[v]), int(self.elen[v]))
+        nodes.edge_len[v] -= cut
+        nodes.end[v] -= cut
+        nodes.kv_reused[v] = min(int(nodes.kv_reused[v]), int(nodes.edge_len[v]))
         self.n_tokens -= cut
-        self.bytes_held -= cut * self.kvb
+        self.bytes_held -= cut * self.kv_bytes_per_token
         if self.model.real:
-            self.kv[v] = [(K[:-cut], V[:-cut]) for K, V in self.kv[v]]
+            nodes.kv[v] = [(K[:-cut], V[:-cut]) for K, V in nodes.kv[v]]
 
-    # serving ---------------------------------------------------------------------------------------------------
-    def serve(self, req: Request) -> int:
-        """Serve one request: match, reuse, admit (Marconi), evict. Returns the number of input tokens reused."""
-        if not isinstance(req, Request) or req.n_input == 0:
-            raise ValueError("serve needs a Request with at least one input token")
-        self.clock += 1
-        now = float(self.clock)
-        full = _full_sequence(req)
-        n_in, n = req.n_input, len(full)
-        path, m, pnode, k = self._walk(full, n_in)
-
-        # 1. hit: the deepest fully matched node with a state (pure attention: any matched prefix)
-        hit_i, hit_node = -1, 0
-        if self.model.needs_state:
-            for j in range(len(path) - 1, -1, -1):
-                if self.has_state[path[j]]:
-                    hit_i, hit_node = j, path[j]
-                    break
-            hit = int(self.end[hit_node])
-        else:
-            hit = m
-            hit_i = len(path) - 1
-            hit_node = pnode if pnode >= 0 else (path[-1] if path else 0)
-        if hit > 0:
-            self.t[hit_node] = now                       # only the accessed node is refreshed
-            for c in path[: hit_i + 1]:
-                e = int(self.elen[c])
-                self.stats["kv_tokens_reused"] += e - int(self.kvc[c])
-                self.kvc[c] = e
-            if pnode >= 0 and not self.model.needs_state:
-                self.stats["kv_tokens_reused"] += max(0, k - int(self.kvc[pnode]))
-                self.kvc[pnode] = max(int(self.kvc[pnode]), k)
-            if self.model.needs_state and not self.shit[hit_node]:
-                self.shit[hit_node] = True
-                self.stats["states_reused"] += 1
-
-        # 2. speculative insertion: would this input create a branch node inside the tree?
-        spec = None
-        if 0 < m < n_in:
-            if pnode >= 0:
-                spec = m                                 # diverges inside an edge: a new branch node at m
-            elif path and not self.has_state[path[-1]] and self.nchild[path[-1]] >= 1:
-                spec = m                                 # a state-less split point becomes a branch
-        # 3. (real model) restore + verify the hit, prefill the rest, take the states admission asks for
-        final = snaps = None
-        if self.model.real:
-            positions = [n] + ([spec] if spec is not None else [])
-            used = path[: hit_i + 1] + ([pnode] if pnode >= 0 and not self.model.needs_state else [])
-            final, snaps = self._run_model(full, hit, used, positions)
-
-        # 4. insert input + output; states at the branch point and at the last decoded token
-        added = self._insert(full, spec, now, final, snaps)
-        self.stats["requests"] += 1
-        self.stats["input_tokens"] += n_in
-        self.stats["hit_tokens"] += hit
-        if self.keep_log:
-            self.log.append(ServeRecord(req.session, req.turn, n_in, hit, spec, added))
-        # 5. evict until the cache fits
-        self._evict_until(self.capacity)
-        return hit
-
-    def _insert(self, full, spec, now, final, snaps):
-        n = len(full)
-        node, pos = 0, 0
-        added = []
-        real = self.model.real
-        while True:
-            if spec is not None and pos == spec and node != 0:
-                if self._add_state(node, now, snaps=snaps, pos=spec):
-                    added.append(spec)
-            if pos == n:
-                break
-            c = self.children[node].get(int(full[pos]))
-            if c is None:                                # new leaf for the rest of the sequence
-                leaf = self._alloc()
-                self.parent[leaf] = node
-                self.end[leaf] = n
-                self.elen[leaf] = n - pos
-                self.seq[leaf] = full
-                self.t[leaf] = now
-                self.children[node][int(full[pos])] = leaf
-                self.nchild[node] += 1
-                self.n_tokens += n - pos
-                self.bytes_held += (n - pos) * self.kvb
-                self.stats["kv_tokens_inserted"] += n - pos
-                if real:
-                    self.kv[leaf] = self._kv_slice(final, pos, n)
-                node, pos = leaf, n
-                continue
-            e = int(self.elen[c])
-            lim = min(e, n - pos)
-            neq = np.flatnonzero(self._edge(c)[:lim] != full[pos: pos + lim])
-            stop = int(neq[0]) if neq.size else lim
-            if spec is not None and pos < spec < pos + stop:
-                stop = spec - pos
-            if stop == e:
-                node, pos = c, pos + e
-                continue
-            node, pos = self._split(c, stop, now), pos + stop
-        if node != 0 and self._add_state(node, now, final=final):
-            added.append(n)
-        return added
-
-    # checks ----------------------------------------------------------------------------------------------------
+    # checks ------------------------------------------------------------------------------------------------
     def check_invariants(self):
         """Raise AssertionError if the accounting or the tree structure is inconsistent (used by the tests)."""
+        nodes = self.nodes
         tok, b = self.recount()
         assert tok == self.n_tokens, (tok, self.n_tokens)
         assert abs(b - self.bytes_held) < 1e-3, (b, self.bytes_held)
         assert self.bytes_held <= self.capacity + 1e-6, (self.bytes_held, self.capacity)
-        for i in np.flatnonzero(self.alive[: self._n]):
-            ch = self.children[i]
-            assert len(ch) == self.nchild[i]
+        for i in np.flatnonzero(nodes.alive[: nodes.size]):
+            ch = nodes.children[i]
+            assert len(ch) == nodes.n_children[i]
             for key, c in ch.items():
-                assert self.parent[c] == i and self.alive[c]
-                assert self.end[c] - self.elen[c] == self.end[i]
-                assert int(self._edge(c)[0]) == key
-                assert np.array_equal(self.seq[c][: self.end[i]], self.seq[i][: self.end[i]]) if i else True
+                assert nodes.parent[c] == i and nodes.alive[c]
+                assert nodes.end[c] - nodes.edge_len[c] == nodes.end[i]
+                assert int(nodes.edge(c)[0]) == key
+                assert np.array_equal(nodes.tokens[c][: nodes.end[i]], nodes.prefix(i)) if i else True
 
 
 # ---------------------------------------------------------------------------------------------------- vLLM+ blocks
-_HASH_W = np.random.default_rng(12345).integers(1, 2 ** 63, size=4096, dtype=np.uint64) | np.uint64(1)
+_HASH_WEIGHTS = np.random.default_rng(12345).integers(1, 2 ** 63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
-class BlockCache(_CacheBase):
+def check_block(block) -> int:
+    """vLLM+'s block size in tokens: an integer in [1, 4096]."""
+    return int_in("block", block, 1, len(_HASH_WEIGHTS) + 1)
+
+
+class BlockCache(PrefixCache):
     """vLLM+: fixed blocks of ``block`` tokens chained by (parent block, content hash); every block holds its KV and
     the SSM state at its end. LRU over blocks, touched on every use; a tail block is evicted before its parent.
 
     The 64-bit content hash is not checked against the tokens (as in vLLM); with the real model every hit is still
-    verified against recomputation, so a collision could never go unnoticed there."""
+    verified against recomputation, so a collision could never go unnoticed there.
+    """
 
     policy = "vllm+"
 
-    def __init__(self, capacity: float, model=None, block: int = 32):
-        if not (isinstance(block, (int, np.integer)) and 0 < block <= len(_HASH_W)):
-            raise ValueError(f"block must be an integer in [1, {len(_HASH_W)}], got {block!r}")
+    def __init__(self, capacity: float, model: ByteModel | None = None, block: int = 32):
+        self.block = check_block(block)
         super().__init__(capacity, model)
-        self.block = int(block)
-        self.edges: dict = {}
+        self.chain: dict = {}          # (parent block id, content hash) -> block id
         self.alpha = 0.0
 
     def clone(self) -> "BlockCache":
-        c = self._clone_tables()
-        c.edges = dict(self.edges)
-        c.stats = dict(self.stats)
-        c.log = []
+        """An independent copy (token arrays and payloads are shared: they are never written in place)."""
+        c = self._copy()
+        c.chain = dict(self.chain)
         return c
 
-    def _hashes(self, full, nb):
-        blk = full[: nb * self.block].reshape(nb, self.block).astype(np.uint64)
-        return blk @ _HASH_W[: self.block]            # wraps mod 2^64: a content hash per block
+    def _hashes(self, tokens, nb):
+        """Content hash of each of the first ``nb`` blocks: (nb,) uint64."""
+        blk = tokens[: nb * self.block].reshape(nb, self.block).astype(np.uint64)
+        return blk @ _HASH_WEIGHTS[: self.block]            # wraps mod 2^64
 
-    def _walk(self, h):
-        node, path, edges = 0, [], self.edges
-        for x in h.tolist():
-            c = edges.get((node, x))
+    def _walk(self, hashes):
+        """Block ids of the longest cached chain of these block hashes."""
+        node, path, chain = ROOT, [], self.chain
+        for x in hashes.tolist():
+            c = chain.get((node, x))
             if c is None:
                 break
             path.append(c)
@@ -669,68 +568,40 @@ class BlockCache(_CacheBase):
         return path
 
     def match(self, tokens) -> int:
-        tokens = np.asarray(tokens)
+        """Tokens a request with this input would reuse now (no side effects). tokens: (L,) token ids."""
+        tokens = token_ids("tokens", tokens)
         nb = len(tokens) // self.block
         return len(self._walk(self._hashes(tokens, nb))) * self.block if nb else 0
 
     def serve(self, req: Request) -> int:
-        if not isinstance(req, Request) or req.n_input == 0:
-            raise ValueError("serve needs a Request with at least one input token")
+        """Serve one request: reuse the longest chain of cached blocks (whole blocks of the input), admit every new
+        full block with its state, evict LRU blocks. Returns the input tokens reused."""
+        self._check_request(req)
         self.clock += 1
         now = float(self.clock)
-        B = self.block
-        full = _full_sequence(req)
-        n_in = req.n_input
-        nb = len(full) // B
-        h = self._hashes(full, nb) if nb else np.zeros(0, np.uint64)
+        nodes, B = self.nodes, self.block
+        tokens, n_in = req.tokens, req.n_input
+        nb = len(tokens) // B
+        h = self._hashes(tokens, nb) if nb else np.zeros(0, np.uint64)
         path = self._walk(h)
-        hb = min(len(path), n_in // B)
+        hb = min(len(path), n_in // B)                   # blocks of the input reused
         hit = hb * B
         if path:
             pa = np.asarray(path)
-            self.t[pa] = now                              # LRU touch of every block this request uses
+            nodes.last_access[pa] = now                  # LRU touch of every block this request uses
             used = pa[:hb]
-            newly = int((self.kvc[used] == 0).sum())
-            self.kvc[used] = B
+            newly = int((nodes.kv_reused[used] == 0).sum())
+            nodes.kv_reused[used] = B
             self.stats["kv_tokens_reused"] += newly * B
-            if hb and not self.shit[path[hb - 1]]:
-                self.shit[path[hb - 1]] = True
+            if hb and not nodes.state_reused[path[hb - 1]]:
+                nodes.state_reused[path[hb - 1]] = True
                 self.stats["states_reused"] += 1
         final = snaps = None
         if self.model.real and nb > len(path):
-            positions = [(i + 1) * B for i in range(len(path), nb)]
-            final, snaps = self._run_model(full, hit, path[:hb], positions)
+            final, snaps = self._run_model(tokens, hit, path[:hb], [(i + 1) * B for i in range(len(path), nb)])
         elif self.model.real and hit > 0 and self.model.verify:
-            self._verify(self._restore(path[:hb], hit), full, hit)
-        # admit the missing blocks (vectorized: a block is one array row, its chain key one dict entry)
-        node = path[-1] if path else 0
-        i0 = len(path)
-        k = nb - i0
-        added = [(i + 1) * B for i in range(i0, nb)]
-        if k:
-            ids = self._alloc_many(k)
-            par = np.concatenate([[node], ids[:-1]])
-            self.parent[ids] = par
-            self.end[ids] = np.arange(i0 + 1, nb + 1) * B
-            self.elen[ids] = B
-            self.t[ids] = now
-            self.has_state[ids] = True
-            self.hkey[ids] = h[i0:]
-            self.nchild[ids[:-1]] = 1
-            self.nchild[node] += 1
-            self.edges.update(zip(zip(par.tolist(), h[i0:].tolist()), ids.tolist()))
-            seq = self.seq
-            for i in ids.tolist():
-                seq[i] = full
-            if self.model.real:
-                for j, i in enumerate(ids.tolist()):
-                    self.kv[i] = self._kv_slice(final, (i0 + j) * B, (i0 + j + 1) * B)
-                    self.st[i] = [x.copy() for x in snaps[(i0 + j + 1) * B]]
-        k = len(added)
-        self.n_tokens += k * B
-        self.bytes_held += k * (B * self.kvb + self.stb)
-        self.stats["kv_tokens_inserted"] += k * B
-        self.stats["states_inserted"] += k
+            self.model.check_hit(self._restore(path[:hb], hit), tokens, hit, self.policy)
+        added = self._admit(tokens, path, h, nb, now, final, snaps)
         self.stats["requests"] += 1
         self.stats["input_tokens"] += n_in
         self.stats["hit_tokens"] += hit
@@ -739,35 +610,64 @@ class BlockCache(_CacheBase):
         self._evict_until(self.capacity)
         return hit
 
+    def _admit(self, tokens, path, h, nb, now, final, snaps):
+        """Admit the blocks after ``path``, each with the state at its end (vectorized: a block is one row, its
+        chain key one dict entry). Returns the positions of the states admitted."""
+        nodes, B = self.nodes, self.block
+        node = path[-1] if path else ROOT
+        i0 = len(path)
+        k = nb - i0
+        added = [(i + 1) * B for i in range(i0, nb)]
+        if k:
+            ids = nodes.new_many(k)
+            par = np.concatenate([[node], ids[:-1]])
+            nodes.parent[ids] = par
+            nodes.end[ids] = np.arange(i0 + 1, nb + 1) * B
+            nodes.edge_len[ids] = B
+            nodes.last_access[ids] = now
+            nodes.has_state[ids] = True
+            nodes.block_hash[ids] = h[i0:]
+            nodes.n_children[ids[:-1]] = 1
+            nodes.n_children[node] += 1
+            self.chain.update(zip(zip(par.tolist(), h[i0:].tolist()), ids.tolist()))
+            seq = nodes.tokens
+            for i in ids.tolist():
+                seq[i] = tokens
+            if self.model.real:
+                for j, i in enumerate(ids.tolist()):
+                    nodes.kv[i] = self.model.kv_slice(final, (i0 + j) * B, (i0 + j + 1) * B)
+                    nodes.state[i] = [x.copy() for x in snaps[(i0 + j + 1) * B]]
+        k = len(added)
+        self.n_tokens += k * B
+        self.bytes_held += k * (B * self.kv_bytes_per_token + self.state_bytes)
+        self.stats["kv_tokens_inserted"] += k * B
+        self.stats["states_inserted"] += k
+        return added
+
     def _evict_until(self, limit):
         over = self.bytes_held - limit
         if over <= 1e-6:
             return
-        bb = float(self.block * self.kvb + self.stb)
-        n = self._n
-        alive = self.alive[:n].copy()
-        alive[0] = False
-        idx = np.flatnonzero(alive)
+        nodes = self.nodes
+        bb = float(self.block * self.kv_bytes_per_token + self.state_bytes)
+        idx = nodes.live()
         # Children are never older than their parent (a use touches the whole path), so this global order
         # (oldest first, deeper first on ties) only ever reaches a block after all its descendants: it is exactly
         # the order of repeatedly evicting the least recently used leaf.
-        order = idx[np.lexsort((-self.end[idx], self.t[idx]))]
+        order = idx[np.lexsort((-nodes.end[idx], nodes.last_access[idx]))]
         nv = min(len(order), int(np.ceil(over / bb - 1e-9)) if bb > 0 else len(order))
         victims = order[:nv]
-        par = self.parent[victims]
-        edges = self.edges
-        for key in zip(par.tolist(), self.hkey[victims].tolist()):
-            del edges[key]
-        np.subtract.at(self.nchild, par, 1)
-        if self.nchild[victims].any():        # every victim's children were victims before it
+        par = nodes.parent[victims]
+        chain = self.chain
+        for key in zip(par.tolist(), nodes.block_hash[victims].tolist()):
+            del chain[key]
+        np.subtract.at(nodes.n_children, par, 1)
+        if nodes.n_children[victims].any():        # every victim's children were victims before it
             raise AssertionError("vllm+ evicted a block that still has children")
         if self.eviction_log is not None:
-            self.eviction_log.extend(dict(node=int(v), nchild=0, t=float(self.t[v]), clock=self.clock)
+            self.eviction_log.extend(dict(node=int(v), nchild=0, t=float(nodes.last_access[v]), clock=self.clock)
                                      for v in victims)
-        self.alive[victims] = False
-        for v in victims.tolist():
-            self.seq[v] = self.kv[v] = self.st[v] = None
-        self._free.extend(victims.tolist())
+        nodes.free_many(victims)
         self.stats["evictions"] += nv
         self.stats["evicted_leaves"] += nv
         self.n_tokens -= nv * self.block
@@ -776,23 +676,27 @@ class BlockCache(_CacheBase):
             self.bytes_held = 0.0
 
     def check_invariants(self):
+        """Raise AssertionError if the accounting or the block chain is inconsistent (used by the tests)."""
+        nodes = self.nodes
         tok, b = self.recount()
         assert tok == self.n_tokens, (tok, self.n_tokens)
         assert abs(b - self.bytes_held) < 1e-3, (b, self.bytes_held)
         assert self.bytes_held <= self.capacity + 1e-6
-        for (p, _), c in self.edges.items():
-            assert self.alive[c] and self.parent[c] == p
-            assert np.array_equal(self.seq[c][: self.end[p]], self.seq[p][: self.end[p]]) if p else True
-        assert len(self.edges) == self.n_nodes
+        for (p, _), c in self.chain.items():
+            assert nodes.alive[c] and nodes.parent[c] == p
+            assert np.array_equal(nodes.tokens[c][: nodes.end[p]], nodes.prefix(p)) if p else True
+        assert len(self.chain) == self.n_nodes
 
 
 # ---------------------------------------------------------------------------------------------------- one interface
-def make_cache(policy: str, capacity: float, model=None, alpha: float = 0.0, block: int = 32, score_fn=None):
-    """A cache for ``policy`` in ("vllm+", "sglang+", "marconi"). ``alpha`` is used by "marconi" only."""
+def make_cache(policy: str, capacity: float, model: ByteModel | None = None, alpha: float = 0.0, block: int = 32,
+               score_fn=None) -> PrefixCache:
+    """A cache for ``policy`` in ("vllm+", "sglang+", "marconi"). capacity: bytes >= 0; ``alpha`` >= 0 is used by
+    "marconi" only, ``block`` (tokens) by "vllm+" only, ``score_fn`` by the radix policies."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    _nonneg_number("capacity (bytes)", capacity)
-    _nonneg_number("alpha", alpha)
+    nonneg_number("alpha", alpha)
+    check_block(block)
     if policy == "vllm+":
         return BlockCache(capacity, model, block=block)
     if policy == "sglang+":
@@ -803,7 +707,10 @@ def make_cache(policy: str, capacity: float, model=None, alpha: float = 0.0, blo
 # ---------------------------------------------------------------------------------------------------- results
 @dataclass
 class SimResult:
-    """Per-request hits plus the cache's counters. ``token_hit_rate`` = reused input tokens / input tokens."""
+    """Per-request hits plus the cache's counters. ``token_hit_rate`` = reused input tokens / input tokens.
+
+    n_input, hit: (R,) tokens per request; flops_total, flops_saved: (R,) prefill FLOPs of the input and of the hit.
+    """
 
     policy: str
     capacity: float
@@ -816,11 +723,17 @@ class SimResult:
     alpha_scores: dict = field(default_factory=dict)
 
     @classmethod
-    def from_run(cls, cache, trace, hits, alpha_scores=None):
+    def from_run(cls, cache: PrefixCache, trace, hits, alpha_scores=None) -> "SimResult":
+        """The result of serving ``trace`` with ``cache``: hits[i] tokens reused by trace[i]."""
+        if not isinstance(cache, PrefixCache):
+            raise ValueError(f"cache must be a RadixCache or BlockCache, got {type(cache).__name__}")
         n_in = np.array([r.n_input for r in trace], np.int64)
+        hits = np.asarray(hits)
+        if hits.shape != n_in.shape or hits.dtype.kind not in "iu" or (hits < 0).any() or (hits > n_in).any():
+            raise ValueError(f"hits must be ({len(n_in)},) integers in [0, n_input], got shape {hits.shape}")
         fl = cache.model.flops
-        return cls(cache.policy, cache.capacity, float(getattr(cache, "alpha", 0.0)), n_in, np.asarray(hits),
-                   fl(n_in), fl(np.asarray(hits)), dict(cache.stats), alpha_scores or {})
+        return cls(cache.policy, cache.capacity, float(getattr(cache, "alpha", 0.0)), n_in, hits,
+                   fl(n_in), fl(hits), dict(cache.stats), alpha_scores or {})
 
     @property
     def token_hit_rate(self) -> float:
@@ -841,27 +754,14 @@ class SimResult:
         return self.stats["states_reused"] / max(1, self.stats["states_inserted"])
 
     def breakdown(self, edges=(7000,)) -> list:
-        """Token hit rate per input-length bucket: [(lo, hi, n_requests, hit_rate), ...]."""
+        """Token hit rate per input-length bucket: [(lo, hi, n_requests, hit_rate), ...]. edges: increasing
+        lengths > 0 between the buckets."""
+        e = finite_array("edges", edges, ndim=1, shape_doc="(k,) of lengths")
+        if (e <= 0).any() or (np.diff(e) <= 0).any():
+            raise ValueError(f"edges must be increasing lengths > 0, got {list(edges)}")
         e = [0, *edges, np.inf]
         out = []
         for lo, hi in zip(e[:-1], e[1:]):
             m = (self.n_input >= lo) & (self.n_input < hi)
             out.append((lo, hi, int(m.sum()), float(self.hit[m].sum() / max(1, self.n_input[m].sum()))))
         return out
-
-
-def simulate(trace, policy: str = "marconi", capacity: float = 50e9, model=None, alpha="auto", block: int = 32,
-             bootstrap: float = 5.0, alphas=None, processes: int = 2, score_fn=None, progress_desc=None) -> SimResult:
-    """Replay a trace through one policy. For "marconi", ``alpha="auto"`` tunes α by bootstrap replay
-    (:func:`hybrid_lab.serving.marconi.run_marconi_auto`); a number fixes it."""
-    trace = validate_trace(trace)
-    if policy == "marconi" and isinstance(alpha, str):
-        if alpha != "auto":
-            raise ValueError(f"alpha must be a number >= 0 or 'auto', got {alpha!r}")
-        from hybrid_lab.serving.marconi import run_marconi_auto
-
-        return run_marconi_auto(trace, capacity, model=model, bootstrap=bootstrap, alphas=alphas,
-                                processes=processes, score_fn=score_fn, progress_desc=progress_desc)
-    cache = make_cache(policy, capacity, model, alpha=0.0 if isinstance(alpha, str) else alpha, block=block,
-                       score_fn=score_fn)
-    return cache.serve_trace(trace, progress_desc=progress_desc)

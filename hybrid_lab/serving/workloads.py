@@ -1,4 +1,4 @@
-"""Seeded synthetic request traces for prefix-caching experiments (seed 003 §4.2, §4.4).
+"""Seeded synthetic request traces for prefix-caching experiments (Marconi §4.1, §5; lecture 10 §4.2, §4.4).
 
 Marconi sorts prefix reuse into two kinds, and the generators produce both:
 
@@ -13,50 +13,88 @@ random draws (distinct segments never share a prefix by accident unless ``vocab`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
 
 import numpy as np
 
+from hybrid_lab.core.checks import array, finite_number, int_in, nonneg_int, nonneg_number, pos_int, positive_number
 
-@dataclass
+MAX_VOCAB = 2 ** 31            # token ids are drawn as int32
+
+
+def token_ids(name: str, ids) -> np.ndarray:
+    """A 1-D integer array of token ids >= 0 (no copy when it already is one; an empty list is fine)."""
+    a = np.asarray(ids)
+    if a.size == 0 and a.dtype.kind not in "iu":     # np.asarray([]) is float64
+        a = a.astype(np.int32)
+    a = array(name, a, ndim=1, shape_doc="(L,) of token ids", kinds="iu")
+    if a.size and a.min() < 0:
+        raise ValueError(f"{name} must hold token ids >= 0, got min {a.min()}")
+    return a
+
+
 class Request:
-    """One request: ``input_ids`` (the prompt, L_in >= 1) and ``output_ids`` (what the model decodes)."""
+    """One request: the prompt ``input_ids`` (L_in >= 1 token ids) and what the model decodes after it,
+    ``output_ids`` (L_out >= 0).
 
-    session: int
-    turn: int
-    input_ids: np.ndarray
-    output_ids: np.ndarray
+    Both are views of one array, ``tokens`` = input + output: the sequence a prefix cache inserts after serving the
+    request (the next turn of a conversation continues from its last decoded token). ``Request(session, turn,
+    input_ids, output_ids)`` joins the two (a copy); :meth:`from_tokens` wraps an existing array without a copy (the
+    generators build a session's turns as prefixes of one buffer). Checked when built.
+    """
+
+    __slots__ = ("session", "turn", "tokens", "n_input")
+
+    def __init__(self, session: int, turn: int, input_ids, output_ids=()):
+        inp, out = token_ids("input_ids", input_ids), token_ids("output_ids", output_ids)
+        if inp.size == 0:
+            raise ValueError("input_ids must hold at least one token (a request needs an input), got an empty array")
+        self._set(session, turn, np.concatenate([inp, out]), inp.size)
+
+    @classmethod
+    def from_tokens(cls, session: int, turn: int, tokens, n_input: int) -> "Request":
+        """The request whose input is ``tokens[:n_input]`` and output the rest (``tokens`` is kept, not copied)."""
+        r = cls.__new__(cls)
+        r._set(session, turn, token_ids("tokens", tokens), n_input)
+        return r
+
+    def _set(self, session, turn, tokens, n_input):
+        self.session = nonneg_int("session", session)
+        self.turn = nonneg_int("turn", turn)
+        self.n_input = int_in("n_input", n_input, 1, len(tokens) + 1)
+        self.tokens = tokens
 
     @property
-    def n_input(self) -> int:
-        return int(len(self.input_ids))
+    def input_ids(self) -> np.ndarray:
+        return self.tokens[: self.n_input]
+
+    @property
+    def output_ids(self) -> np.ndarray:
+        return self.tokens[self.n_input:]
 
     @property
     def n_output(self) -> int:
-        return int(len(self.output_ids))
+        return len(self.tokens) - self.n_input
+
+    def __repr__(self):
+        return f"Request(session={self.session}, turn={self.turn}, n_input={self.n_input}, n_output={self.n_output})"
 
 
 def validate_trace(trace) -> list:
     """Check a trace and return it as a list; raise ``ValueError`` on the first bad request.
 
-    Rules: every request is a :class:`Request` with a non-empty 1-D integer input of ids >= 0; a session's turns
-    appear in order 0, 1, 2, ...; a turn > 0 must belong to a session already seen (else "unknown session").
+    Rules: a non-empty sequence of :class:`Request` (each checked when built); a session's turns appear in order
+    0, 1, 2, ...; a turn > 0 must belong to a session already seen (else "unknown session").
     """
+    if isinstance(trace, (str, bytes, dict, Request)) or not hasattr(trace, "__iter__"):
+        raise ValueError(f"trace must be a list of Requests, got {type(trace).__name__}")
     trace = list(trace)
+    if not trace:
+        raise ValueError("trace must hold at least one request, got an empty trace")
     next_turn = {}
     for i, r in enumerate(trace):
         if not isinstance(r, Request):
             raise ValueError(f"trace[{i}] must be a Request, got {type(r).__name__}")
-        for name in ("input_ids", "output_ids"):
-            a = getattr(r, name)
-            if not isinstance(a, np.ndarray) or a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-                raise ValueError(f"trace[{i}].{name} must be a 1-D integer numpy array, got "
-                                 f"{type(a).__name__} {getattr(a, 'shape', '')} {getattr(a, 'dtype', '')}")
-            if a.size and a.min() < 0:
-                raise ValueError(f"trace[{i}].{name} must hold token ids >= 0, got min {a.min()}")
-        if r.input_ids.size == 0:
-            raise ValueError(f"trace[{i}] (session {r.session}, turn {r.turn}) has an empty input: a request needs "
-                             "at least one input token")
         expected = next_turn.get(r.session)
         if expected is None and r.turn != 0:
             raise ValueError(f"trace[{i}] refers to unknown session {r.session} (turn {r.turn}): a session must "
@@ -69,33 +107,48 @@ def validate_trace(trace) -> list:
 
 # ---- JSONL -----------------------------------------------------------------------------------------------------
 
+def _check_path(path):
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a file path (str or os.PathLike), got {type(path).__name__}")
+    return path
+
+
 def save_jsonl(trace, path) -> None:
     """One JSON object per line: {"session", "turn", "input", "output"} (token ids as lists)."""
     trace = validate_trace(trace)
-    with open(path, "w", encoding="utf-8") as f:
+    with open(_check_path(path), "w", encoding="utf-8") as f:
         for r in trace:
             f.write(json.dumps({"session": int(r.session), "turn": int(r.turn),
                                 "input": r.input_ids.tolist(), "output": r.output_ids.tolist()}) + "\n")
 
 
 def load_jsonl(path) -> list:
-    """Inverse of :func:`save_jsonl`; the loaded trace is validated."""
+    """Inverse of :func:`save_jsonl`; the loaded trace is validated (a bad line: ``ValueError`` with its number)."""
     trace = []
-    with open(path, encoding="utf-8") as f:
+    with open(_check_path(path), encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 d = json.loads(line)
-                trace.append(Request(int(d["session"]), int(d["turn"]),
-                                     np.asarray(d["input"], dtype=np.int32).reshape(-1),
+                trace.append(Request(d["session"], d["turn"], np.asarray(d["input"], dtype=np.int32).reshape(-1),
                                      np.asarray(d["output"], dtype=np.int32).reshape(-1)))
-            except (KeyError, TypeError, json.JSONDecodeError) as e:
+            except (KeyError, TypeError, ValueError) as e:      # json.JSONDecodeError is a ValueError
                 raise ValueError(f"{path}:{lineno}: not a trace line with session, turn, input, output ({e})") from e
     return validate_trace(trace)
 
 
 # ---- generators ---------------------------------------------------------------------------------------------------
+
+def _check_scale(scale, shortest_max: float) -> float:
+    """``scale`` multiplies every length; the smallest length range (``shortest_max`` tokens at scale 1) must still
+    hold one token."""
+    scale = positive_number("scale", scale)
+    if shortest_max * scale < 1:
+        raise ValueError(f"scale must be >= {1 / shortest_max:.3g} (every length range must hold at least one "
+                         f"token), got {scale!r}")
+    return scale
+
 
 def _lognormal_len(rng, median, sigma, lo, hi, size=None):
     """Integer lengths from a lognormal (median, sigma), clipped to [lo, hi]."""
@@ -130,7 +183,8 @@ def _interleave(rng, sessions, concurrency, n_requests=None):
 
 
 def _session(rng, sid, prefix, first_len, steps, step_in, step_out, vocab):
-    """A multi-turn session: input_k = prefix + first + Σ_{j<k}(out_j + in_j) + ..., built in one buffer (views)."""
+    """A multi-turn session: input_k = prefix + first + Σ_{j<k}(out_j + in_j) + ..., built in one buffer: every
+    turn's tokens are a prefix of it (no copies)."""
     parts = [prefix, _tokens(rng, first_len, vocab)]
     bounds = []                                     # (input_end, output_end) per turn
     n = len(prefix) + first_len
@@ -142,7 +196,7 @@ def _session(rng, sid, prefix, first_len, steps, step_in, step_out, vocab):
         bounds.append((n, n + step_out[k]))
         n += step_out[k]
     buf = np.concatenate(parts).astype(np.int32)
-    return [Request(sid, k, buf[:a], buf[a:b]) for k, (a, b) in enumerate(bounds)]
+    return [Request.from_tokens(sid, k, buf[:b], a) for k, (a, b) in enumerate(bounds)]
 
 
 CHAT_PRESETS = {
@@ -162,11 +216,11 @@ def chat_trace(n_sessions: int = 200, kind: str = "lmsys", seed: int = 0, vocab:
     """
     if kind not in CHAT_PRESETS:
         raise ValueError(f"kind must be one of {sorted(CHAT_PRESETS)}, got {kind!r}")
-    if n_sessions < 1 or concurrency < 1:
-        raise ValueError(f"n_sessions and concurrency must be >= 1, got {n_sessions}, {concurrency}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+    n_sessions, concurrency = pos_int("n_sessions", n_sessions), pos_int("concurrency", concurrency)
+    seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 1, MAX_VOCAB)
+    system_prompt_len = nonneg_int("system_prompt_len", system_prompt_len)
     p = CHAT_PRESETS[kind]
+    scale = _check_scale(scale, p["max_len"])
     rng = np.random.default_rng(seed)
     system = _tokens(rng, round(system_prompt_len * scale), vocab)
     lo = 1
@@ -184,11 +238,16 @@ def agent_trace(n_requests: int = 2000, seed: int = 0, vocab: int = 32000, syste
     """SWE-agent-like trajectories: a shared system prompt, a task (issue + repo context), then steps of model
     action (thought + command) and tool observation; observations have a very wide length spread, so contexts
     range from ~2K to tens of thousands of tokens (the workload where FLOP-aware eviction matters most).
+
+    mean_steps >= 1: the mean of the geometric number of steps beyond 2; max_steps: its cap.
     """
-    if n_requests < 1 or concurrency < 1:
-        raise ValueError(f"n_requests and concurrency must be >= 1, got {n_requests}, {concurrency}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+    n_requests, concurrency = pos_int("n_requests", n_requests), pos_int("concurrency", concurrency)
+    seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 1, MAX_VOCAB)
+    system_prompt_len, max_steps = nonneg_int("system_prompt_len", system_prompt_len), pos_int("max_steps", max_steps)
+    mean_steps = finite_number("mean_steps", mean_steps)
+    if mean_steps < 1:
+        raise ValueError(f"mean_steps must be >= 1, got {mean_steps!r}")
+    scale = _check_scale(scale, 1500)
     rng = np.random.default_rng(seed)
     system = _tokens(rng, round(system_prompt_len * scale), vocab)
     sessions, total, sid = [], 0, 0
@@ -207,17 +266,22 @@ def shared_prefix_trace(n_requests: int = 1000, seed: int = 0, vocab: int = 3200
                         n_fewshot: int = 8, n_docs: int = 16, zipf_a: float = 1.2, followup_prob: float = 0.2,
                         scale: float = 1.0) -> list:
     """Pure-input sharing: each request = (system prompt | few-shot block | long document) + a question, with
-    Zipf-popular prefixes; with probability ``followup_prob`` the next request of the pool is a follow-up turn
-    of an earlier request (input + output sharing).
+    Zipf-popular prefixes (exponent ``zipf_a`` >= 0); with probability ``followup_prob`` in [0, 1) the next request of the pool is a follow-up
+    turn of an earlier request (input + output sharing).
 
     Prefix lengths: system prompts ~400, few-shot blocks ~2,000, documents ~6,000 tokens (times ``scale``).
     """
-    if n_requests < 1:
-        raise ValueError(f"n_requests must be >= 1, got {n_requests}")
+    n_requests = pos_int("n_requests", n_requests)
+    seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 1, MAX_VOCAB)
+    n_system, n_fewshot, n_docs = (nonneg_int("n_system", n_system), nonneg_int("n_fewshot", n_fewshot),
+                                   nonneg_int("n_docs", n_docs))
+    if n_system + n_fewshot + n_docs == 0:
+        raise ValueError("n_system + n_fewshot + n_docs must be >= 1 (a pool of shared prefixes), got 0")
+    zipf_a = nonneg_number("zipf_a", zipf_a)                # 0: every prefix equally popular
+    followup_prob = finite_number("followup_prob", followup_prob)
     if not 0 <= followup_prob < 1:
-        raise ValueError(f"followup_prob must lie in [0, 1), got {followup_prob}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+        raise ValueError(f"followup_prob must lie in [0, 1), got {followup_prob!r}")
+    scale = _check_scale(scale, 2000)
     rng = np.random.default_rng(seed)
     prefixes = ([_tokens(rng, _lognormal_len(rng, 400 * scale, 0.4, 1, 2000 * scale), vocab) for _ in range(n_system)]
                 + [_tokens(rng, _lognormal_len(rng, 2000 * scale, 0.3, 1, 6000 * scale), vocab) for _ in range(n_fewshot)]
@@ -240,16 +304,15 @@ def shared_prefix_trace(n_requests: int = 1000, seed: int = 0, vocab: int = 3200
             q = _tokens(rng, _lognormal_len(rng, 60 * scale, 0.8, 1, 2000 * scale), vocab)
             inp = np.concatenate([prefixes[k], q])
         out = _tokens(rng, _lognormal_len(rng, 150 * scale, 0.8, 1, 2000 * scale), vocab)
-        trace.append(Request(s, turn, inp.astype(np.int32), out))
-        last[s] = (np.concatenate([inp, out]).astype(np.int32), turn + 1)
+        seq = np.concatenate([inp, out]).astype(np.int32)
+        trace.append(Request.from_tokens(s, turn, seq, len(inp)))
+        last[s] = (seq, turn + 1)
     return validate_trace(trace)
 
 
 def trace_stats(trace) -> dict:
     """Request / session counts and input-length percentiles (rounded ints)."""
-    trace = list(trace)
-    if not trace:
-        raise ValueError("trace is empty")
+    trace = validate_trace(trace)
     lin = np.array([r.n_input for r in trace])
     lout = np.array([r.n_output for r in trace])
     return {"requests": len(trace), "sessions": len({r.session for r in trace}),
@@ -260,11 +323,14 @@ def trace_stats(trace) -> dict:
 
 def exercise3_trace(len_s: int = 40, len_d: int = 200, len_q: int = 20, len_a: int = 30, len_f: int = 15,
                     seed: int = 3, vocab: int = 64) -> list:
-    """Exercise 3 of the lecture: a shared system prompt S and document D, then
-    r1 = S+D+q1 (answer a1), r2 = S+D+q2, r3 = S+D+q3, r4 = S+D+q1+a1+f1 (a follow-up of r1)."""
+    """Exercise 3 of lecture 10 (§4.2): a shared system prompt S and document D, then
+    r1 = S+D+q1 (answer a1), r2 = S+D+q2, r3 = S+D+q3, r4 = S+D+q1+a1+f1 (a follow-up of r1).
+
+    Lengths >= 1; vocab >= 3 (the three questions must differ in their first token).
+    """
     for name, v in (("len_s", len_s), ("len_d", len_d), ("len_q", len_q), ("len_a", len_a), ("len_f", len_f)):
-        if not (isinstance(v, (int, np.integer)) and v >= 1):
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        pos_int(name, v)
+    seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 3, MAX_VOCAB)
     rng = np.random.default_rng(seed)
     while True:                                   # the three questions must differ in their first token
         S, D = _tokens(rng, len_s, vocab), _tokens(rng, len_d, vocab)

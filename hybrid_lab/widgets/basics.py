@@ -1,14 +1,17 @@
 """Plots and widgets for notebooks 00-02 (three costs, selective SSM, snapshots).
 
 Each widget is a thin ``ipywidgets.interactive`` around a pure function that is unit-tested; each plot function returns
-a matplotlib Figure (the notebooks also print a rounded summary, since nbval does not compare images).
+a matplotlib Figure (the notebooks also print a rounded summary, since nbval does not compare images). Every cost
+drawn here comes from the ledger, i.e. from the one 7B shape (``costs.shape7b``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from hybrid_lab.core import checks
 from hybrid_lab.costs import ledger
-from hybrid_lab.models.hybrid import chunk_boundary, reusable_prefix
+from hybrid_lab.costs.shape7b import GQA_7B, HYBRID_7B, TRANSFORMER_7B, check_layout
+from hybrid_lab.models.hybrid import reusable_prefix
 from hybrid_lab.ops.ssm import survival
 
 
@@ -19,13 +22,22 @@ def _plt():
 
 
 # ------------------------------------------------------------------------------------------------ 00: three costs
-DEFAULT_MODELS = (ledger.TRANSFORMER_7B, ledger.GQA_7B, ledger.HYBRID_7B)
+DEFAULT_MODELS = (TRANSFORMER_7B, GQA_7B, HYBRID_7B)
+
+
+def _models(models) -> tuple:
+    models = tuple(models)
+    if not models:
+        raise ValueError("models must hold at least one HybridLayout, got none")
+    return tuple(check_layout(f"models[{i}]", m) for i, m in enumerate(models))
 
 
 def three_costs_rows(L: int, models=DEFAULT_MODELS):
-    """One row per model at context L: (name, KV+state GB, decode GB read per step, prefill PFLOP), rounded."""
+    """One row per model at context L (an integer >= 1): (name, KV+state GB, decode GB read per step, prefill PFLOP),
+    rounded to 3 decimals."""
+    L = checks.pos_int("L", L)
     rows = []
-    for m in models:
+    for m in _models(models):
         c = ledger.three_costs(m, L)
         rows.append((m.name, round(float(c["kv_memory_bytes"]) / 1e9, 3), round(float(c["decode_read_bytes"]) / 1e9, 3),
                      round(float(c["prefill_flops"]) / 1e15, 3)))
@@ -33,10 +45,17 @@ def three_costs_rows(L: int, models=DEFAULT_MODELS):
 
 
 def format_rows(header, rows) -> str:
-    """A plain-text table: first column left-aligned, the rest right-aligned; floats with 3 decimals."""
+    """A plain-text table: first column left-aligned, the rest right-aligned; floats with 3 decimals.
+    header: a tuple of column names; rows: a list of tuples of the same length."""
     def cell(x):
         return f"{x:,.3f}" if isinstance(x, float) else str(x)
 
+    if not isinstance(header, (tuple, list)) or not header:
+        raise ValueError(f"header must be a non-empty tuple of column names, got {header!r}")
+    if not isinstance(rows, (tuple, list)) or not all(isinstance(r, (tuple, list)) and len(r) == len(header)
+                                                      for r in rows):
+        raise ValueError(f"rows must be a list of tuples of {len(header)} cells (one per header column), "
+                         f"got {rows!r}")
     body = [tuple(cell(x) for x in r) for r in rows]
     cols = list(zip(*([tuple(header)] + body)))
     widths = [max(len(x) for x in col) for col in cols]
@@ -46,8 +65,9 @@ def format_rows(header, rows) -> str:
 
 def plot_three_costs(models=DEFAULT_MODELS, L_max: int = 131072):
     """Three panels against context length: memory, bytes read per decode step, prefill FLOPs."""
+    models = _models(models)
     plt = _plt()
-    L = np.unique(np.geomspace(256, L_max, 64).astype(int))
+    L = np.unique(np.geomspace(256, checks.pos_int("L_max", L_max, 256), 64).astype(int))
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for m in models:
         c = ledger.three_costs(m, L)
@@ -87,6 +107,8 @@ def three_costs_explorer(models=DEFAULT_MODELS):
     """An L slider (powers of two): the three costs of each model and the decode batch that fits in 80 GB."""
     import ipywidgets as w
 
+    models = _models(models)
+
     def show(log2_L):
         L = 2 ** log2_L
         batches = ", ".join(f"{m.name.split(' (')[0]}: {int(ledger.max_batch(m, L))}" for m in models)
@@ -104,8 +126,19 @@ def _show(fig):
 
 
 # ------------------------------------------------------------------------------------------------ 01: selective SSM
+def _decay_rate(A) -> float:
+    A = checks.finite_number("A", A)
+    if A >= 0:
+        raise ValueError(f"A must be < 0 (a decay rate), got {A!r}")
+    return A
+
+
 def plot_survival(dts=(0.01, 0.1, 1.0), A: float = -1.0, length: int = 64):
-    """How much of token 0 survives in the state after t steps, for several Δ (constant per step)."""
+    """How much of token 0 survives in the state after t steps, for several Δ >= 0 (constant per step), A < 0."""
+    dts = checks.finite_array("dts", dts, 1, "(n,) step sizes Δ")
+    if dts.size == 0 or (dts < 0).any():
+        raise ValueError(f"dts must hold at least one step size Δ >= 0, got {dts.tolist()}")
+    A, length = _decay_rate(A), checks.pos_int("length", length)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for dt in dts:
@@ -128,13 +161,10 @@ def lti_vs_selective(length: int, content, dt: float = 0.5, A: float = -1.0):
     Selective: Δ depends on the token; content steps (indices in ``content``) use Δ, filler steps Δ = 0 ("skip").
     Returns (lti_fraction, selective_fraction).
     """
-    if length <= 0:
-        raise ValueError(f"length must be > 0, got {length}")
+    length = checks.pos_int("length", length)
+    dt, A = checks.nonneg_number("dt", dt), _decay_rate(A)
     mask = np.zeros(length, dtype=bool)
-    idx = np.asarray(list(content), dtype=int)
-    if idx.size and (idx.min() < 0 or idx.max() >= length):
-        raise ValueError(f"content positions must lie in [0, {length}), got {sorted(content)}")
-    mask[idx] = True
+    mask[checks.int_array("content", list(content), ndim=1, shape_doc="(n,) positions", lo=0, hi=length)] = True
     lti = survival(dt, A, length)[-1]
     sel = survival(np.where(mask, dt, 0.0), A, length)[-1]
     return float(lti), float(sel)
@@ -155,7 +185,16 @@ def survival_explorer(length: int = 64):
 
 
 def plot_state_vs_kv(lengths, kv_bytes, ssm_bytes):
-    """Mini hybrid: SSM state bytes stay flat while attention KV grows with the sequence."""
+    """Mini hybrid: SSM state bytes stay flat while attention KV grows with the sequence.
+    lengths: (n,) token counts > 0 (a log axis); kv_bytes, ssm_bytes: (n,) bytes >= 0 at those lengths."""
+    lengths = checks.finite_array("lengths", lengths, 1, "(n,) token counts")
+    if lengths.size == 0 or (lengths <= 0).any():
+        raise ValueError(f"lengths must hold token counts > 0, got {lengths.tolist()}")
+    kv_bytes, ssm_bytes = (checks.finite_array(name, b, 1, f"({lengths.size},) bytes")
+                           for name, b in (("kv_bytes", kv_bytes), ("ssm_bytes", ssm_bytes)))
+    for name, b in (("kv_bytes", kv_bytes), ("ssm_bytes", ssm_bytes)):
+        if b.shape != lengths.shape or (b < 0).any():
+            raise ValueError(f"{name} must hold {lengths.size} byte counts >= 0 (one per length), got {b.tolist()}")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.plot(lengths, np.asarray(kv_bytes) / 1e3, "o-", label="attention KV")
@@ -179,10 +218,9 @@ def reuse_options(shared: int, old_len: int, chunk_size: int):
     - two-pass prefill at the branch point: a state saved exactly at ``shared``;
     - pure Transformer: KV alone, any prefix.
     """
-    if not 0 <= shared <= old_len:
-        raise ValueError(f"shared must lie in [0, old_len={old_len}], got {shared}")
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
+    old_len = checks.nonneg_int("old_len", old_len)
+    shared = checks.int_in("shared", shared, 0, old_len + 1)
+    chunk_size = checks.pos_int("chunk_size", chunk_size)
     chunks = list(range(chunk_size, old_len + 1, chunk_size)) + [old_len]
     return {
         "final state only": reusable_prefix(shared, [old_len]),

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.models.attention_stats import attention_probs, oracle_topk, topk_mass, topk_output_error
+from hybrid_lab.core import checks
 from hybrid_lab.costs.dsa_cost import DEEPSEEK_V32, DSAConfig, decode_bytes, decode_crossover, prefill_flops
+from hybrid_lab.models.attention_stats import attention_probs, oracle_topk, topk_mass, topk_output_error
 from hybrid_lab.models.lightning_indexer import topk_recall
 from hybrid_lab.models.tiny_llm import concentrated_attention
 
@@ -24,17 +25,28 @@ def plot_entropy(entropy: dict, max_entropy):
     """Mean attention entropy per head, one group of bars per source. entropy: {label: (H,) nats}.
 
     max_entropy: the uniform-attention maximum ln(#visible keys), one float for all sources or {label: float};
-    it is drawn as a dashed segment over each group.
+    it is drawn as a dashed segment over each group. Bars, in order: every source's heads, left to right.
     """
-    if not entropy:
-        raise ValueError("entropy is empty")
+    if not isinstance(entropy, dict) or not entropy:
+        raise ValueError("entropy must be a non-empty dict {label: (H,) entropies}")
+    ents = {label: np.atleast_1d(checks.finite_array(f"entropy[{label!r}]", e).astype(float))
+            for label, e in entropy.items()}
+    for label, ent in ents.items():
+        if ent.ndim != 1 or (ent < 0).any():
+            raise ValueError(f"entropy[{label!r}] must be 1-D (H,) entropies >= 0, got {ent}")
+    maxes = {}
+    for label in ents:
+        if isinstance(max_entropy, dict) and label not in max_entropy:
+            raise ValueError(f"max_entropy has no entry for {label!r}")
+        mx = max_entropy[label] if isinstance(max_entropy, dict) else max_entropy
+        maxes[label] = checks.nonneg_number(f"max_entropy[{label!r}]" if isinstance(max_entropy, dict)
+                                            else "max_entropy", mx)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.0, 3.2))
     x0 = 0
-    for label, ent in entropy.items():
-        ent = np.atleast_1d(np.asarray(ent, dtype=float))
+    for label, ent in ents.items():
         ax.bar(x0 + np.arange(ent.size), ent, label=label)
-        mx = max_entropy[label] if isinstance(max_entropy, dict) else max_entropy
+        mx = maxes[label]
         ax.hlines(mx, x0 - 0.45, x0 + ent.size - 0.55, colors="k", linestyles="--", lw=1)
         x0 += ent.size + 1
     ax.set_ylabel("entropy (nats)")
@@ -47,12 +59,18 @@ def plot_entropy(entropy: dict, max_entropy):
 
 
 def plot_topk_curves(ks, curves: dict, ylabel: str, title: str = "", logy: bool = False):
-    """One line per source against k. curves: {label: values over ks}."""
-    if not curves:
-        raise ValueError("curves is empty")
+    """One line per source against k. ks: integers >= 1; curves: {label: finite values >= 0 over ks} (a mass, an
+    error, a recall)."""
+    if not isinstance(curves, dict) or not curves:
+        raise ValueError("curves must be a non-empty dict {label: values over ks}")
+    ks = checks.int_array("ks", ks, 1, lo=1)
+    ys = {label: checks.finite_array(f"curves[{label!r}]", y, 1) for label, y in curves.items()}
+    for label, y in ys.items():
+        if y.shape != ks.shape or (y < 0).any():
+            raise ValueError(f"curves[{label!r}] must have one value >= 0 per k ({ks.size}), got {y.tolist()}")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    for label, y in curves.items():
+    for label, y in ys.items():
         ax.plot(ks, y, "o-", label=label)
     ax.set_xscale("log", base=2)
     if logy:
@@ -67,14 +85,17 @@ def plot_topk_curves(ks, curves: dict, ylabel: str, title: str = "", logy: bool 
 
 
 def plot_losses(histories: dict, title: str = "indexer training (KL per query)"):
-    """Training curves. histories: {label: list of per-step losses}; values above ``1e6`` or non-finite (a diverged
-    run) are cut off and the last plotted point of such a run is marked with an x."""
-    if not histories:
-        raise ValueError("histories is empty")
+    """Training curves. histories: {label: list of per-step losses >= 0}; values above ``1e6`` or non-finite (a
+    diverged run) are cut off and the last plotted point of such a run is marked with an x."""
+    if not isinstance(histories, dict) or not histories:
+        raise ValueError("histories must be a non-empty dict {label: per-step losses}")
+    losses = {label: checks.array(f"histories[{label!r}]", h, 1).astype(float) for label, h in histories.items()}
+    for label, loss in losses.items():
+        if (loss < 0).any():                          # a KL is >= 0 (NaN and inf compare False: a diverged run)
+            raise ValueError(f"histories[{label!r}] must be >= 0 (a KL per query), got min {np.nanmin(loss):.3g}")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    for label, loss in histories.items():
-        loss = np.asarray(loss, dtype=float)
+    for label, loss in losses.items():
         ok = np.isfinite(loss) & (loss < 1e6)
         steps = np.arange(loss.size)[ok]
         line, = ax.plot(steps, loss[ok], label=label)
@@ -97,8 +118,8 @@ def topk_explorer_data(concentration: float, k: int, indexer=None, n_train: int 
     held out. Returns {"mass": mean top-k mass of the head-averaged probability, "oracle_error": mean relative output error of the ideal top-k,
     "indexer_recall"/"indexer_error": the same for ``indexer``'s top-k selection (NaN without an indexer)}.
     """
-    if not (isinstance(k, (int, np.integer)) and k > 0):
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    checks.pos_int("k", k)
+    checks.int_in("n_train", n_train, 0, 128)              # at least one held-out query
     d = concentrated_attention(concentration=concentration, seed=seed)
     te = slice(n_train, None)
     q, pos = d.q[:, te], d.q_pos[te]
@@ -115,9 +136,19 @@ def topk_explorer_data(concentration: float, k: int, indexer=None, n_train: int 
 
 
 def plot_topk_explorer(stats: dict, title: str = ""):
-    """Bar chart of :func:`topk_explorer_data`'s numbers (NaN bars are skipped)."""
+    """Bar chart of :func:`topk_explorer_data`'s numbers, one bar per finite entry in the order mass, oracle_error,
+    indexer_recall, indexer_error (NaN bars are skipped)."""
+    if not isinstance(stats, dict):
+        raise ValueError(f"stats must be the dict of topk_explorer_data, got {type(stats).__name__}")
     plt = _plt()
-    names = [n for n in ("mass", "oracle_error", "indexer_recall", "indexer_error") if np.isfinite(stats.get(n, np.nan))]
+    names = []
+    for n in ("mass", "oracle_error", "indexer_recall", "indexer_error"):
+        v = checks.array(f"stats[{n!r}]", stats.get(n, np.nan), 0)
+        if np.isnan(v):
+            continue                                  # "no indexer": the bar is skipped
+        if not np.isfinite(v) or v < 0:
+            raise ValueError(f"stats[{n!r}] must be a finite number >= 0 (or NaN: not measured), got {v}")
+        names.append(n)
     if not names:
         raise ValueError("stats has no finite value to plot")
     fig, ax = plt.subplots(figsize=(5.5, 3.0))
@@ -153,15 +184,22 @@ def topk_explorer(indexer=None, concentrations=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0), k
 
 # ---------------------------------------------------------------- roofline
 def roofline_summary(L: int, cfg: DSAConfig = DEEPSEEK_V32) -> dict:
-    """Decode and prefill numbers of dense MLA vs DSA at context length L (all computed by :mod:`dsa_cost`)."""
-    dec, pre = decode_bytes(int(L), cfg), prefill_flops(int(L), cfg)
+    """Decode and prefill numbers of dense MLA vs DSA at context length L >= 1 (all computed by :mod:`dsa_cost`)."""
+    L = checks.pos_int("L", L)
+    dec, pre = decode_bytes(L, cfg), prefill_flops(L, cfg)
     return {"L": int(L), "decode_dense_MB": float(dec["dense"]) / 1e6, "decode_dsa_MB": float(dec["dsa"]) / 1e6,
             "decode_speedup": float(dec["speedup"]), "prefill_dense_PFLOP": float(pre["dense"]) / 1e15,
             "prefill_dsa_PFLOP": float(pre["dsa"]) / 1e15, "prefill_speedup": float(pre["speedup"])}
 
 
 def plot_roofline(L: int | None = None, cfg: DSAConfig = DEEPSEEK_V32, L_max: int = 131072):
-    """Left: decode bytes per token per layer vs L (crossover marked). Right: prefill speedup vs L. ``L`` is marked."""
+    """Left: decode bytes per token per layer vs L (crossover marked). Right: prefill speedup vs L. ``L`` is marked.
+
+    The curves are computed at ``Ls = unique(geomspace(256, L_max, 200))`` (L_max >= 256): left the dense and DSA
+    MB (``decode_bytes / 1e6``), right the prefill and decode speedups.
+    """
+    L = None if L is None else checks.pos_int("L", L)
+    L_max = checks.pos_int("L_max", L_max, minimum=256)
     plt = _plt()
     Ls = np.unique(np.geomspace(256, L_max, 200).astype(np.int64))
     dec, pre = decode_bytes(Ls, cfg), prefill_flops(Ls, cfg)

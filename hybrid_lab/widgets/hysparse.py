@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.models.hysparse2 import HySparse2Config
+from hybrid_lab.core import checks
 from hybrid_lab.costs import hysparse_ledger as hl
+from hybrid_lab.models.hysparse import drifting_attention_stack, topk_overlap_by_distance
+from hybrid_lab.models.hysparse2 import HySparse2Config
 
 __all__ = ["compute_map", "plot_compute_map", "architecture_explorer", "plot_architecture", "ledger_rows",
            "plot_ledger", "ledger_slider", "plot_bounds", "plot_overlap", "plot_replay", "plot_selection", "overlap_curves", "overlap_explorer",
@@ -20,6 +22,12 @@ def _plt():
     return plt
 
 
+def _cfg(cfg) -> HySparse2Config:
+    if not isinstance(cfg, HySparse2Config):
+        raise ValueError(f"cfg must be a HySparse2Config, got {type(cfg).__name__}")
+    return cfg
+
+
 def compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cross_tail: int | None = None) -> np.ndarray:
     """Which (layer, position) pairs a prefill of L tokens computes: (n_layers, L) ints.
 
@@ -27,11 +35,9 @@ def compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cross_tai
     built there (a cross FA whose cache the bridge projects from the Self-decoder); SKIP (0) = nothing.
     Rows follow ``cfg.layers``. ``cross_tail`` = Cross run on the last R positions (overrides ``early_exit``).
     """
-    if not isinstance(L, (int, np.integer)) or L < 1:
-        raise ValueError(f"L must be a positive integer, got {L!r}")
-    R = cross_tail if cross_tail is not None else (1 if early_exit else L)
-    if not 1 <= R <= L:
-        raise ValueError(f"cross_tail must lie in [1, L={L}], got {R}")
+    cfg = _cfg(cfg)
+    L = checks.pos_int("L", L)
+    R = checks.int_in("cross_tail", cross_tail, 1, L + 1) if cross_tail is not None else (1 if early_exit else L)
     out = np.zeros((len(cfg.layers), L), np.int64)
     for r, (name, kind) in enumerate(cfg.layers):
         if name.startswith("self."):
@@ -44,7 +50,7 @@ def compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cross_tai
 
 
 def plot_compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cross_tail: int | None = None):
-    """Heat map of :func:`compute_map`. Returns a Figure."""
+    """Heat map of :func:`compute_map` (the image array is that map). Returns a Figure."""
     plt = _plt()
     from matplotlib.colors import ListedColormap
 
@@ -69,7 +75,7 @@ def architecture_explorer(cfg: HySparse2Config | None = None):
     import ipywidgets as W
     from IPython.display import display
 
-    cfg = cfg or HySparse2Config()
+    cfg = HySparse2Config() if cfg is None else _cfg(cfg)
     out = W.Output()
 
     def show(L, early_exit):
@@ -86,7 +92,9 @@ def architecture_explorer(cfg: HySparse2Config | None = None):
 
 
 def plot_architecture(cfg: HySparse2Config):
-    """The model drawn from its config: one box per layer, bridging (blue) and reuse (red) arrows. Returns a Figure."""
+    """The model drawn from its config: one box per layer (in ``cfg.layers`` order, coloured by kind), bridging (blue)
+    and reuse (red) arrows. Returns a Figure."""
+    cfg = _cfg(cfg)
     plt = _plt()
     colors = {"swa": "#c7e9c0", "fa": "#fdae6b", "sa": "#9ecae1"}
     layers = cfg.layers
@@ -127,9 +135,14 @@ def ledger_rows(L: int) -> list:
 
 
 def plot_ledger(lengths=None, mark: int | None = None):
-    """Two panels over context length: KV GB and prefill FLOPs for the three designs (log-log). Returns a Figure."""
+    """Two panels over context length: KV GB and prefill FLOPs for the three designs (log-log), one line per design
+    in ``hl.DESIGNS`` order. lengths: integers >= 1 (default 2^10 .. 2^20); mark: a length to mark, or None.
+    Returns a Figure."""
+    lengths = checks.int_array("lengths", lengths if lengths is not None else 2 ** np.arange(10, 21), 1, lo=1)
+    if lengths.size == 0:
+        raise ValueError("lengths must hold at least one context length")
+    mark = None if mark is None else checks.pos_int("mark", mark)
     plt = _plt()
-    lengths = np.asarray(lengths if lengths is not None else 2 ** np.arange(10, 21))
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     for d in hl.DESIGNS:
         a.plot(lengths, [hl.kv_gb(d, int(L)) for L in lengths], marker="o", ms=3, label=d.name)
@@ -169,7 +182,22 @@ def ledger_slider():
 
 
 def plot_bounds(res: dict):
-    """Measured error vs bound for both bounds (points below the diagonal respect the bound). Returns a Figure."""
+    """Measured error vs bound for both bounds (points below the diagonal respect the bound). Returns a Figure.
+
+    res: {"bound_sparse", "err_sparse", "bound_reuse", "err_reuse"} finite arrays (``bounds.check_bounds``); each
+    panel scatters (bound, error) pairs.
+    """
+    if not isinstance(res, dict):
+        raise ValueError(f"res must be the dict of bounds.check_bounds, got {type(res).__name__}")
+    for key in ("sparse", "reuse"):
+        for part in ("bound_", "err_"):
+            if part + key not in res:
+                raise ValueError(f"res lacks {part + key!r}")
+        b = checks.finite_array(f"res['bound_{key}']", res["bound_" + key], 1)
+        e = checks.finite_array(f"res['err_{key}']", res["err_" + key], 1)
+        if b.shape != e.shape or b.size == 0:
+            raise ValueError(f"res['bound_{key}'] and res['err_{key}'] must be non-empty and of one length, got "
+                             f"{b.shape} and {e.shape}")
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     for ax, key, title in ((axes[0], "sparse", "renormalized sparse: 2εV"), (axes[1], "reuse", "reused set: 2(ε+δ)V")):
@@ -186,7 +214,14 @@ def plot_bounds(res: dict):
 
 
 def plot_overlap(overlaps: dict):
-    """Top-k overlap vs layer distance, one line per drift. overlaps: {label: (n_layers,) array}. Returns a Figure."""
+    """Top-k overlap vs layer distance, one line per drift. overlaps: {label: (n_layers,) array in [0, 1]}; line i
+    is (arange(n_layers), overlaps[label i]). Returns a Figure."""
+    if not isinstance(overlaps, dict) or not overlaps:
+        raise ValueError("overlaps must be a non-empty dict {drift: (n_layers,) overlap}")
+    overlaps = {label: checks.finite_array(f"overlaps[{label!r}]", ov, 1) for label, ov in overlaps.items()}
+    for label, ov in overlaps.items():
+        if ((ov < 0) | (ov > 1)).any():
+            raise ValueError(f"overlaps[{label!r}] must lie in [0, 1] (a fraction of k), got {ov.tolist()}")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for label, ov in overlaps.items():
@@ -200,7 +235,17 @@ def plot_overlap(overlaps: dict):
 
 
 def plot_replay(results: dict):
-    """Last-position error vs replayed tail R, one line per cross depth. results: {depth: replay_errors(...)}."""
+    """Last-position error vs replayed tail R, one line per cross depth. results: {depth: replay_errors(...)} with
+    "tails" (R >= 1) and "errors" (finite, >= 0) of one length. Line i is (tails, max(errors, 1e-17)): a log axis
+    cannot show an exact 0, drawn at 1e-17 instead."""
+    if not isinstance(results, dict) or not results:
+        raise ValueError("results must be a non-empty dict {depth: replay_errors(...)}")
+    for depth, r in results.items():
+        tails = checks.int_array(f"results[{depth!r}]['tails']", r["tails"], 1, lo=1)
+        errs = checks.finite_array(f"results[{depth!r}]['errors']", r["errors"], 1)
+        if tails.shape != errs.shape or (errs < 0).any():
+            raise ValueError(f"results[{depth!r}] needs one error >= 0 per tail, got tails {tails.shape}, "
+                             f"errors {errs.shape} (min {errs.min(initial=0):.3g})")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for depth, r in results.items():
@@ -214,7 +259,12 @@ def plot_replay(results: dict):
 
 
 def plot_selection(idx_sets: dict, L: int):
-    """Rows of selected positions (one per method) for one query. idx_sets: {label: 1-D int positions, -1 padded}."""
+    """Rows of selected positions (one per method) for one query. idx_sets: {label: 1-D int positions in [-1, L),
+    -1 padded}; row r scatters the valid positions of the r-th set at height r. Returns a Figure."""
+    L = checks.pos_int("L", L)
+    if not isinstance(idx_sets, dict) or not idx_sets:
+        raise ValueError("idx_sets must be a non-empty dict {label: positions}")
+    idx_sets = {label: checks.index_sets(f"idx_sets[{label!r}]", idx, L, 1) for label, idx in idx_sets.items()}
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.5 * len(idx_sets)))
     for r, (label, idx) in enumerate(idx_sets.items()):
@@ -230,9 +280,11 @@ def plot_selection(idx_sets: dict, L: int):
 
 
 def overlap_curves(drifts=(0.1, 0.3, 0.6), L: int = 512, n_layers: int = 10, k: int = 32, seed: int = 0) -> dict:
-    """{drift: top-k overlap vs layer distance} for the drifting-weights stack of ``hysparse``."""
-    from hybrid_lab.models.hysparse import drifting_attention_stack, topk_overlap_by_distance
-
+    """{drift: top-k overlap vs layer distance} for the drifting-weights stack of ``hysparse`` (drifts non-empty)."""
+    if len(drifts) == 0:
+        raise ValueError("drifts must hold at least one drift angle")
+    for i, d in enumerate(drifts):
+        checks.number_in(f"drifts[{i}]", d, 0.0, np.pi / 2)
     return {d: topk_overlap_by_distance(drifting_attention_stack(L, n_layers, drift=d, seed=seed)[0], k)
             for d in drifts}
 

@@ -8,20 +8,29 @@ matplotlib.use(matplotlib.get_backend())   # keep the notebook's inline backend;
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hybrid_lab.serving.offload_sim import (H100, A100, MINICPM_8B, METHODS, layer_timeline,  # noqa: E402
-                                    throughput, max_batch, with_)
+from hybrid_lab.core import checks  # noqa: E402
+from hybrid_lab.serving.offload_sim import (A100, H100, METHODS, MINICPM_8B, layer_timeline, max_batch,  # noqa: E402
+                                            throughput, with_)
 
 __all__ = ["plot_selection", "plot_teachers", "plot_training", "plot_recall", "plot_timeline", "plot_batch_sweep",
-           "explore_offload", "offload_explorer"]
+           "explore_offload", "format_summary", "offload_explorer", "TIMELINE_LANES"]
+
+TIMELINE_LANES = ("serial: GPU", "overlapped: compute", "overlapped: copy")   # the lanes of offload_sim.layer_timeline
 
 _COLORS = {"init": "#4c72b0", "local": "#55a868", "top-k": "#dd8452", "not read": "#cccccc"}
 
 
 def plot_selection(scores_c, block_scores, block_ids, q_pos, n_init=1, n_local=2, block_size=64, stride=16):
     """Two panels for one query and one group: the compressed-grid scores, then the block scores colored by
-    why each block is read (init / local / top-k) or not. scores_c: (Nc,), block_scores: (Nb,), block_ids:
-    selected ids (-1 padded)."""
-    scores_c, block_scores = np.asarray(scores_c, float), np.asarray(block_scores, float)
+    why each block is read (init / local / top-k) or not. scores_c: (Nc,), block_scores: (Nb,) real scores
+    (-inf marks a masked position and is drawn as a 0 bar, NaN is refused), block_ids: selected ids in [-1, Nb)
+    (-1 padded), q_pos >= 0. Bars: one per compressed position, then one per block grouped by kind."""
+    scores_c = checks.finite_array("scores_c", scores_c, 1, "(Nc,)", allow_neginf=True).astype(float)
+    block_scores = checks.finite_array("block_scores", block_scores, 1, "(Nb,)", allow_neginf=True).astype(float)
+    block_ids = checks.index_sets("block_ids", block_ids, len(block_scores), 1)
+    n_init, n_local = checks.nonneg_int("n_init", n_init), checks.nonneg_int("n_local", n_local)
+    block_size, stride = checks.pos_int("block_size", block_size), checks.pos_int("stride", stride)
+    q_pos = checks.int_in("q_pos", q_pos, 0, len(block_scores) * block_size)    # the query sits in a drawn block
     fig, (a0, a1) = plt.subplots(2, 1, figsize=(8, 4.2), constrained_layout=True)
     x = np.arange(len(scores_c)) * stride
     a0.bar(x, np.where(np.isfinite(scores_c), scores_c, 0), width=stride * 0.9, align="edge", color="#8172b3")
@@ -52,8 +61,17 @@ def plot_selection(scores_c, block_scores, block_ids, q_pos, n_init=1, n_local=2
 
 def plot_teachers(fine, coarse, needles=(), spans=(), stride=16, title="teacher scores for one query"):
     """Fine (2,1)->(32,16) and coarse (32,16) teacher scores on the compressed grid, each normalized to sum 1,
-    with the query's needle tokens (red) and diffuse spans (grey) marked."""
-    fine, coarse = np.asarray(fine, float), np.asarray(coarse, float)
+    with the query's needle tokens (red) and diffuse spans (grey) marked. fine, coarse: (Nc,) finite scores >= 0;
+    the two step lines are (arange(Nc)·stride, scores / Σ scores) (an all-zero row is drawn as zeros)."""
+    fine = checks.finite_array("fine", fine, 1, "(Nc,)").astype(float)
+    coarse = checks.finite_array("coarse", coarse, 1, "(Nc,)").astype(float)
+    if fine.shape != coarse.shape or (fine < 0).any() or (coarse < 0).any():
+        raise ValueError(f"fine and coarse must be scores >= 0 on one grid, got shapes {fine.shape}, {coarse.shape}")
+    stride = checks.pos_int("stride", stride)
+    needles = checks.int_array("needles", needles, 1, "(n,) token positions", lo=0)
+    spans = [tuple(checks.finite_array(f"spans[{i}]", sp, 1)) for i, sp in enumerate(spans)]
+    if any(len(sp) != 2 for sp in spans):
+        raise ValueError(f"spans must be (start, end) pairs, got {spans!r}")
     fig, ax = plt.subplots(figsize=(8, 3), constrained_layout=True)
     x = np.arange(len(fine)) * stride
     ax.step(x, fine / max(fine.sum(), 1e-30), where="post", label="fine teacher (2,1) max-pooled")
@@ -68,19 +86,41 @@ def plot_teachers(fine, coarse, needles=(), spans=(), stride=16, title="teacher 
 
 
 def plot_training(histories: dict):
-    """Loss curves: {name: array of per-step losses}."""
-    fig, ax = plt.subplots(figsize=(6, 3), constrained_layout=True)
+    """Loss curves: {name: 1-D array of per-step losses, finite and > 0 (log axis)}; line i is (step, loss)."""
+    if not isinstance(histories, dict) or not histories:
+        raise ValueError("histories must be a non-empty dict {name: per-step losses}")
+    hs = {}
     for name, h in histories.items():
-        ax.plot(np.asarray(h), label=name)
+        hs[name] = checks.finite_array(f"histories[{name!r}]", h, 1)
+        if (hs[name] <= 0).any():
+            raise ValueError(f"histories[{name!r}] must be > 0 (a log axis), got min {hs[name].min():.3g}")
+    fig, ax = plt.subplots(figsize=(6, 3), constrained_layout=True)
+    for name, h in hs.items():
+        ax.plot(h, label=name)
     ax.set(yscale="log", xlabel="Adam step", ylabel="Σ_l rest-bucket KL", title="Forecast training")
     ax.legend(fontsize=8)
     return fig
 
 
 def plot_recall(results: dict):
-    """Bars of recall (left) and attention-output error (right) per selector and layer."""
+    """Bars of recall (left) and attention-output error (right) per selector and layer.
+
+    results: {selector: {"recall": per layer in [0, 1], "error": per layer >= 0}} (``evaluate_selectors``); each
+    panel holds the bars of selector 0 (layers 0..n-1), then selector 1, ...
+    """
+    if not isinstance(results, dict) or not results:
+        raise ValueError("results must be a non-empty dict {selector: {'recall': [...], 'error': [...]}}")
     names = list(results)
-    n_layers = len(results[names[0]]["recall"])
+    n_layers = None
+    for name in names:
+        for key in ("recall", "error"):
+            if not isinstance(results[name], dict) or key not in results[name]:
+                raise ValueError(f"results[{name!r}] must hold 'recall' and 'error' lists, {key!r} is missing")
+            v = checks.finite_array(f"results[{name!r}][{key!r}]", results[name][key], 1)
+            n_layers = v.size if n_layers is None else n_layers
+            if v.size != n_layers or v.size == 0 or (v < 0).any():
+                raise ValueError(f"results[{name!r}][{key!r}] must hold one value >= 0 per layer ({n_layers}), "
+                                 f"got {v.tolist()}")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3), constrained_layout=True)
     w = 0.8 / len(names)
     for i, name in enumerate(names):
@@ -95,8 +135,21 @@ def plot_recall(results: dict):
 
 
 def plot_timeline(segments, totals, title=""):
-    """Gantt chart of ``offload_sim.layer_timeline`` segments (times shown in µs)."""
-    lanes = ["serial: GPU", "overlapped: compute", "overlapped: copy"]
+    """Gantt chart of ``offload_sim.layer_timeline`` segments (times shown in µs): one bar per segment, in order,
+    on the row of its lane, from start to end. totals: {"serial", "overlapped"} seconds (the default title)."""
+    lanes = list(TIMELINE_LANES)
+    if len(segments) == 0:
+        raise ValueError("segments is empty: pass offload_sim.layer_timeline(...)[0]")
+    for i, seg in enumerate(segments):
+        if len(seg) != 4 or seg[0] not in lanes:
+            raise ValueError(f"segments[{i}] must be (lane in {lanes}, start_s, end_s, label), got {seg!r}")
+        s0 = checks.finite_number(f"segments[{i}] start", seg[1])
+        s1 = checks.finite_number(f"segments[{i}] end", seg[2])
+        if s1 < s0:
+            raise ValueError(f"segments[{i}] ends before it starts: {seg!r}")
+    if not title:
+        for key in ("serial", "overlapped"):
+            checks.nonneg_number(f"totals[{key!r}]", totals.get(key) if isinstance(totals, dict) else None)
     colors = {"select": "#8172b3", "forecast+select": "#8172b3", "copy": "#c44e52", "copy next layer": "#c44e52",
               "compute": "#4c72b0", "sync": "#222222"}
     fig, ax = plt.subplots(figsize=(9, 2.9), layout="constrained")
@@ -113,14 +166,30 @@ def plot_timeline(segments, totals, title=""):
 
 
 def plot_batch_sweep(batches, sweep: dict, reported: dict | None = None, title="decode throughput"):
-    """Computed tokens/s per method vs batch (0 = OOM, not drawn); optional reported points as markers."""
+    """Computed tokens/s per method vs batch (0 = OOM, not drawn); optional reported points as markers.
+
+    batches: integers >= 1; sweep: {method: tokens/s per batch, finite >= 0}; reported: {method: tokens/s per batch,
+    None/0 = not reported}. Lines: per method its computed line (non-OOM points), then its reported line if any.
+    """
+    batches = checks.int_array("batches", batches, 1, lo=1)
+    if not isinstance(sweep, dict) or not sweep:
+        raise ValueError("sweep must be a non-empty dict {method: tokens/s per batch}")
+    for name, ys in sweep.items():
+        ys = checks.finite_array(f"sweep[{name!r}]", ys, 1)
+        if ys.shape != batches.shape or (ys < 0).any():
+            raise ValueError(f"sweep[{name!r}] must hold one tokens/s >= 0 per batch ({batches.size}), "
+                             f"got {ys.tolist()}")
+    for name, ys in (reported or {}).items():
+        if len(ys) != batches.size:
+            raise ValueError(f"reported[{name!r}] must hold one entry per batch ({batches.size}), got {len(ys)}")
     fig, ax = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
     for i, (name, ys) in enumerate(sweep.items()):
         ys = np.asarray(ys, float)
         ok = ys > 0
         line, = ax.plot(np.asarray(batches)[ok], ys[ok], "o-", label=f"{name} (computed)")
-        if reported and name in reported:
-            rb, ry = zip(*[(b, y) for b, y in zip(batches, reported[name]) if y])
+        pts = [(b, y) for b, y in zip(batches, (reported or {}).get(name, ())) if y]
+        if pts:
+            rb, ry = zip(*pts)
             ax.plot(rb, ry, "x--", color=line.get_color(), alpha=0.6, label=f"{name} (reported)")
     ax.set(xscale="log", xlabel="batch", ylabel="tokens/s", title=title)
     ax.set_xticks(batches, [str(b) for b in batches])
@@ -132,8 +201,13 @@ def explore_offload(batch=16, ctas=16, pcie_gbps=55.0, context=131072, hw="H100"
     """The explorer's pure function: timeline figure + summary for one setting.
 
     Returns (fig, summary) with summary = {"serial_us", "overlapped_us" (per middle layer), "tok_s" per method
-    (0 = OOM), "max_batch" per method}.
+    (0 = OOM), "max_batch" per method}. hw: "H100" or "A100"; batch, ctas, context integers >= 1; pcie_gbps > 0.
     """
+    if hw not in ("H100", "A100"):
+        raise ValueError(f"hw must be 'H100' or 'A100', got {hw!r}")
+    batch, ctas = checks.pos_int("batch", batch), checks.pos_int("ctas", ctas)
+    context = checks.pos_int("context", context)
+    pcie_gbps = checks.positive_number("pcie_gbps", pcie_gbps)
     base = {"H100": H100, "A100": A100}[hw]
     h = with_(base, pcie_bw=float(pcie_gbps) * 1e9)
     m = MINICPM_8B
@@ -147,6 +221,13 @@ def explore_offload(batch=16, ctas=16, pcie_gbps=55.0, context=131072, hw="H100"
 
 
 def format_summary(s: dict) -> str:
+    """One line of :func:`explore_offload`'s summary: per-layer µs, serial vs overlapped, and tokens/s per method."""
+    if not isinstance(s, dict) or not {"serial_us", "overlapped_us", "tok_s"} <= set(s):
+        raise ValueError("s must be the summary dict of explore_offload (serial_us, overlapped_us, tok_s)")
+    for key in ("serial_us", "overlapped_us"):
+        checks.nonneg_number(f"s[{key!r}]", s[key])
+    for meth, v in s["tok_s"].items():
+        checks.nonneg_number(f"s['tok_s'][{meth!r}]", v)
     tok = ", ".join(f"{k} {v:.0f}" if v else f"{k} OOM" for k, v in s["tok_s"].items())
     return (f"per layer [µs]: serial {s['serial_us']:.1f}, overlapped {s['overlapped_us']:.1f} | "
             f"tokens/s: {tok}")

@@ -1,9 +1,11 @@
-"""The backend swap, demonstrated: cells in the style of notebooks 01, 04, 06 and 08, run under both backends.
+"""The backend swap, demonstrated (notebook 09): cells in the style of notebooks 01, 04, 06 and 08, run under both
+backends.
 
 Each ``demo_NN()`` calls only the public ``hybrid_lab`` functions (the ones those notebooks call) and returns the
 lines it would print, numbers rounded as a notebook prints them. ``run_demo(demo, backend)`` runs it under
 ``hybrid_lab.use_backend(backend)`` and also counts how many calls reached each Triton op, to show the swap
-really happened (the numpy backend must count none).
+really happened (the numpy backend must count none). The Triton side is found through the registry
+(``registry.triton_module``), so importing this module needs neither torch nor triton.
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import numpy as np
 
 from hybrid_lab.models import infllm
 from hybrid_lab.ops import ssm
-from hybrid_lab import use_backend
-from hybrid_lab.ops.registry import SWAPPABLE_OPS
-from hybrid_lab.models.hysparse2 import fa_decode_topk
-from hybrid_lab.models.lightning_indexer import lightning_indexer
+from hybrid_lab.ops.block_sparse import block_sparse_attention
+from hybrid_lab.ops.fa_decode import fa_decode_topk
+from hybrid_lab.ops.lightning_indexer import lightning_indexer
+from hybrid_lab.ops.registry import SWAPPABLE_OPS, triton_module, use_backend
 from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 
@@ -99,8 +101,8 @@ def demo_08() -> list:
     idx, _, _ = infllm.infllm_v2_select(q, k, topk=1, n_init=1, n_local=2, q_pos=q_pos)
     nb = infllm.n_blocks(S)
     all_blocks = np.broadcast_to(np.arange(nb), idx.shape[:3] + (nb,)).copy()
-    o_dense = infllm.block_sparse_attention(q, k, v, all_blocks, q_pos=q_pos)
-    o = infllm.block_sparse_attention(q, k, v, idx, q_pos=q_pos)
+    o_dense = block_sparse_attention(q, k, v, all_blocks, q_pos=q_pos)
+    o = block_sparse_attention(q, k, v, idx, q_pos=q_pos)
     return [
         f"selected blocks per group (init, top-k, local): {idx[0, 0].tolist()}",
         f"relative output error vs all blocks: {np.linalg.norm(o - o_dense) / np.linalg.norm(o_dense):.4f}",
@@ -114,8 +116,7 @@ DEMOS = {"01": demo_01, "04": demo_04, "06": demo_06, "08": demo_08}
 @contextlib.contextmanager
 def count_triton_calls():
     """Counter of calls that reached ``gpu_track.numpy_api`` (i.e. the Triton kernels), by op name."""
-    from gpu_track import numpy_api
-
+    numpy_api = triton_module()
     counts: Counter = Counter()
     saved = {op: getattr(numpy_api, op) for op in SWAPPABLE_OPS}
 

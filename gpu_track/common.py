@@ -1,0 +1,185 @@
+"""What every kernel wrapper shares: where kernels run, tile sizes, accumulator precision, output buffers, the
+deterministic top-k, and the argument checks run before any launch.
+
+Why the checks live here: a Triton kernel does not bounds-check its loads (and the interpreter forgives
+out-of-bounds reads), so an index = S would read another sequence's keys and return a finite, wrong number.
+Every torch wrapper therefore checks shapes, dtypes, devices and index ranges before it launches and raises a
+ValueError naming the argument. Value checks that need the data on the host (index ranges) are skipped while a
+CUDA graph is being captured (the benchmark replays graphs; it runs every call once, checked, before capture).
+NaN/inf in q, k, v are not looked for here (a full extra pass over the KV cache): the dispatcher checks them.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from gpu_track import INTERPRET
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+INT32_MAX = 2 ** 31 - 1
+TARGET_PROGRAMS = 528   # split-K heuristics aim at ~4 programs per SM of an H200 (132 SMs)
+
+
+def device() -> torch.device:
+    """Where the kernels run: the GPU when there is one, else CPU tensors for the interpreter."""
+    return torch.device("cpu" if INTERPRET else "cuda")
+
+
+def pow2(n: int, lo: int = 16) -> int:
+    """Next power of two >= n and >= lo (tl.arange and tl.dot need power-of-two extents of at least 16)."""
+    return max(lo, triton.next_power_of_2(max(int(n), 1)))
+
+
+# ------------------------------------------------------------------------------------- accumulator and dots
+def acc_torch_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The accumulator's torch dtype: float64 when any input is float64 (an exact twin of numpy), else float32."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def acc_dtype(*dtypes: torch.dtype):
+    """The same accumulator as a Triton dtype, for a kernel's ``ACC_DTYPE: tl.constexpr``."""
+    return tl.float64 if acc_torch_dtype(*dtypes) == torch.float64 else tl.float32
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32/fp64 operands: true fp32 dots ("ieee"), not tf32, so fp32 results match numpy to ~1e-6."""
+    return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
+
+
+def fold_scale(q: torch.Tensor, scale, d: int):
+    """(q, scale) for a kernel. A Python float kernel argument is float32 on the GPU, which would cost float64
+    inputs ~3e-8 relative error, so for float64 the scale is folded into q and the kernel gets 1.0."""
+    s = d ** -0.5 if scale is None else float(scale)
+    if q.dtype == torch.float64:
+        return q * s, 1.0
+    return q, float(s)
+
+
+def split_chunk(n: int, block: int, nsplit: int):
+    """Split-K: cut ``n`` items (walked ``block`` at a time) into at most ``nsplit`` slices of whole blocks.
+    Returns (items per slice, number of non-empty slices)."""
+    chunk = triton.cdiv(triton.cdiv(n, block), nsplit) * block
+    return chunk, triton.cdiv(n, chunk)
+
+
+# ------------------------------------------------------------------------------------------- buffers
+POISON = False   # tests set this: outputs start as NaN, so an element the kernel forgets to write fails the check
+
+
+def alloc(shape, dtype, device) -> torch.Tensor:
+    """Output/scratch buffer: uninitialized, or NaN-filled when ``POISON`` is on."""
+    if POISON:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Deterministic top-k over the last axis, same rules as ``hybrid_lab.ops.sparse_attention.topk_indices``.
+
+    Descending score, ties to the smaller position (a stable sort keeps position order among equals), -inf never
+    selected, -1 padding when fewer than k positions are selectable. Returns int64 (..., k).
+    """
+    S = scores.shape[-1]
+    kk = min(k, S)
+    vals, order = torch.sort(scores, dim=-1, descending=True, stable=True)
+    vals, order = vals[..., :kk], order[..., :kk]
+    order = torch.where(torch.isneginf(vals), torch.full_like(order, -1), order)
+    if kk < k:
+        pad = torch.full(order.shape[:-1] + (k - kk,), -1, dtype=order.dtype, device=order.device)
+        order = torch.cat([order, pad], dim=-1)
+    return order
+
+
+# ------------------------------------------------------------------------------------------- argument checks
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def check_tensor(name: str, t, shape=None, dtypes=FLOAT_DTYPES, like: torch.Tensor | None = None,
+                 doc: str = "") -> torch.Tensor:
+    """``t`` is a torch tensor of one of ``dtypes`` with ``shape`` (a tuple; None entries match any size) on the
+    kernels' device (and on ``like``'s device when given). ``doc`` names the axes in the message."""
+    check(isinstance(t, torch.Tensor), f"{name} must be a torch tensor, got {type(t).__name__}")
+    if shape is not None:
+        ok = t.ndim == len(shape) and all(s is None or int(n) == s for n, s in zip(t.shape, shape))
+        want = doc or "(" + ", ".join("?" if s is None else str(s) for s in shape) + ")"
+        check(ok, f"{name} must have shape {want}, got {tuple(t.shape)}")
+    check(t.dtype in dtypes, f"{name} must have dtype in {[str(d).replace('torch.', '') for d in dtypes]}, "
+                             f"got {str(t.dtype).replace('torch.', '')}")
+    check(t.device.type == device().type, f"{name} must be on {device().type} (where the kernels run), got {t.device}")
+    if like is not None:
+        check(t.device == like.device, f"{name} must be on the same device as the other inputs ({like.device}), "
+                                       f"got {t.device}")
+    return t
+
+
+def check_gqa_operands(q, k, v, q_doc: str = "(B, T, Hq, d)"):
+    """q (B, ..., Hq, d), k (B, S, Hkv, d), v (B, S, Hkv, dv) in q's dtype and device, Hq a multiple of Hkv: the
+    operands every attention kernel takes. Returns (B, S, Hq, Hkv, d, dv)."""
+    check_tensor("q", q, (None,) * len(q_doc.split(",")), doc=q_doc)
+    B, Hq, d = q.shape[0], q.shape[-2], q.shape[-1]
+    check_tensor("k", k, (B, None, None, d), (q.dtype,), like=q, doc=f"(B={B}, S, Hkv, d={d}) in q's dtype")
+    S, Hkv = k.shape[1], k.shape[2]
+    check_tensor("v", v, (B, S, Hkv, None), (q.dtype,), like=q, doc=f"(B={B}, S={S}, Hkv={Hkv}, dv) in q's dtype")
+    check(Hkv >= 1 and Hq % Hkv == 0, f"Hq={Hq} must be a multiple of Hkv={Hkv} (k's heads)")
+    return B, S, Hq, Hkv, d, v.shape[3]
+
+
+def check_range(name: str, t: torch.Tensor, lo: int, hi: int | None) -> None:
+    """Every entry of the integer tensor ``t`` lies in [lo, hi) (hi None: no upper bound)."""
+    if t.numel() == 0 or _capturing():
+        return
+    mn, mx = (int(v) for v in torch.aminmax(t))
+    check(mn >= lo and (hi is None or mx < hi),
+          f"{name} entries must lie in [{lo}, {'inf' if hi is None else hi}), got range [{mn}, {mx}]")
+
+
+def check_finite(name: str, t: torch.Tensor) -> None:
+    """No NaN/inf in a small tensor (a sink, a per-head vector)."""
+    if t.numel() == 0 or _capturing():
+        return
+    check(bool(torch.isfinite(t).all()), f"{name} must be finite, got {t.tolist() if t.numel() <= 8 else 'NaN/inf'}")
+
+
+def check_int(name: str, v, lo: int = 1) -> int:
+    """A Python (or numpy) integer >= lo (bool refused)."""
+    ok = not isinstance(v, bool) and hasattr(v, "__index__")
+    check(ok and int(v) >= lo, f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def check_tile(name: str, v, lo: int = 16) -> int:
+    """A tile size: a power of two >= lo (tl.arange needs a power of two, tl.dot at least 16)."""
+    v = check_int(name, v, lo)
+    check(v & (v - 1) == 0, f"{name} must be a power of two >= {lo}, got {v}")
+    return v
+
+
+def check_scale(scale) -> None:
+    """The softmax scale: None (d ** -0.5) or a finite real number."""
+    try:
+        ok = scale is None or (not isinstance(scale, bool) and math.isfinite(float(scale)))
+    except (TypeError, ValueError):
+        ok = False
+    check(ok, f"scale must be None or a finite number, got {scale!r}")
+
+
+def query_positions(q_pos, T: int, S: int, like: torch.Tensor, hi: int | None) -> torch.Tensor:
+    """The queries' absolute positions as int32 on ``like``'s device: ``q_pos`` (T,) integers in [0, hi) (hi None: no
+    upper bound; values past int32 are clamped, such a query sees every key anyway), or by default the last T of
+    S positions, S - T + arange(T)."""
+    if q_pos is None:
+        check(T <= S, f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
+        return torch.arange(S - T, S, device=like.device).to(torch.int32)
+    check_tensor("q_pos", q_pos, (T,), INT_DTYPES, like=like, doc=f"(T={T},)")
+    check_range("q_pos", q_pos, 0, hi)
+    return q_pos.to(torch.int64).clamp(max=INT32_MAX).to(torch.int32).contiguous()

@@ -2,9 +2,16 @@
 
 Table-driven: for every op in ``SWAPPABLE_OPS`` a valid call passes under both backends with the same result, and
 each bad variant raises a ``ValueError`` naming the argument under the numpy backend AND the triton backend (Triton's
-interpreter on a CPU), having run the contract exactly once and reached no kernel.
+interpreter on a CPU), having run the contract exactly once and reached no kernel. Also: each contract is defined once
+in the whole tree, exactly one public function dispatches each op, and the Triton side receives the validated
+arguments (a recorder stands in for ``gpu_track.numpy_api``).
 """
 from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
 
 import numpy as np
 import pytest
@@ -14,7 +21,10 @@ import gpu_track  # noqa: E402,F401  (first: it sets TRITON_INTERPRET before tri
 
 pytest.importorskip("triton")
 
-from hybrid_lab.ops import contracts  # noqa: E402
+import gpu_track.numpy_api as numpy_api  # noqa: E402
+import hybrid_lab.ops  # noqa: E402
+from hybrid_lab.course.pipeline import repo_root  # noqa: E402
+from hybrid_lab.ops import contracts, registry  # noqa: E402
 from hybrid_lab.ops.block_sparse import block_sparse_attention  # noqa: E402
 from hybrid_lab.ops.fa_decode import fa_decode_topk  # noqa: E402
 from hybrid_lab.ops.lightning_indexer import lightning_indexer  # noqa: E402
@@ -215,3 +225,78 @@ def test_empty_index_list_gives_zeros_on_both_backends():
     assert (block_sparse_attention(**a) == 0).all()
     with use_backend("triton"):
         assert (block_sparse_attention(**a) == 0).all()
+
+
+# ------------------------------------------------------- one contract, one dispatcher, validated arguments only
+def dispatched_ops():
+    """{op name: [public functions declared with @swappable(op)]} over the modules of hybrid_lab.ops."""
+    out = {op: [] for op in SWAPPABLE_OPS}
+    for info in pkgutil.iter_modules(hybrid_lab.ops.__path__, "hybrid_lab.ops."):
+        mod = importlib.import_module(info.name)
+        for name, fn in vars(mod).items():
+            if not name.startswith("_") and callable(fn) and getattr(fn, "__module__", None) == mod.__name__ \
+                    and hasattr(fn, "op_name"):
+                out.setdefault(fn.op_name, []).append(fn)
+    return out
+
+
+
+def test_contract_is_defined_once_in_the_whole_tree():
+    """No second copy of a contract (the old numpy_api re-validation) anywhere in hybrid_lab/ or gpu_track/."""
+    names = {f"check_{op}" for op in SWAPPABLE_OPS}
+    where = {}
+    for pkg in ("hybrid_lab", "gpu_track"):
+        for p in sorted((repo_root() / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+                    where.setdefault(node.name, []).append(f"{p.relative_to(repo_root())}:{node.lineno}")
+    twice = {k: v for k, v in where.items() if len(v) != 1 or not v[0].startswith("hybrid_lab/ops/contracts.py")}
+    assert not twice, f"contracts defined outside hybrid_lab/ops/contracts.py or more than once: {twice}"
+
+
+@pytest.mark.parametrize("op", SWAPPABLE_OPS)
+def test_one_dispatched_function_with_the_contract_signature(op):
+    fns = dispatched_ops().get(op, [])
+    assert len(fns) == 1, f"{op}: {len(fns)} public functions declared @swappable({op!r}): {fns}"
+    fn = fns[0]
+    check = getattr(contracts, f"check_{op}")
+    assert fn.check is check
+    op_sig, check_sig = inspect.signature(fn), inspect.signature(check)
+    assert [(p.name, p.default) for p in op_sig.parameters.values()] == \
+        [(p.name, p.default) for p in check_sig.parameters.values()], f"{op}: op {op_sig} vs contract {check_sig}"
+
+
+@pytest.mark.parametrize("op", SWAPPABLE_OPS)
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_contract_runs_once_and_the_backend_gets_validated_arguments(op, backend, monkeypatch):
+    """Count the contract's calls; on the Triton side a recorder stands in for gpu_track.numpy_api.<op>."""
+    check = getattr(contracts, f"check_{op}")
+    calls, got = [], []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(contracts, f"check_{op}", counted)
+    if backend == "triton":
+        monkeypatch.setattr(numpy_api, op, lambda *args: got.append(args) or "recorded")
+    kw = valid_args(op)
+    with use_backend(backend):
+        result = OPS[op](**kw)
+    assert len(calls) == 1, f"{op} under {backend}: the contract ran {len(calls)} times"
+    if backend == "triton":
+        assert result == "recorded" and len(got) == 1
+        expected = check(**kw)
+        assert len(got[0]) == len(expected)
+        for a, b in zip(got[0], expected):
+            if isinstance(b, np.ndarray):
+                assert isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+            else:
+                assert a == b
+    else:
+        assert result is not None
+
+
+def test_registry_looks_up_the_triton_module_by_name():
+    """hybrid_lab never imports gpu_track statically (tests/test_layers.py); the registry finds it by name."""
+    assert registry.triton_module() is numpy_api

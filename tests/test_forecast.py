@@ -229,3 +229,20 @@ def test_training_lowers_the_loss_and_fine_teacher_beats_coarse_on_recall():
     fine, coarse = np.mean(res["fine"]["recall"]), np.mean(res["coarse"]["recall"])
     assert fine > coarse + 0.05
     assert np.mean(res["fine"]["error"]) < np.mean(res["coarse"]["error"])
+
+
+def test_a_fine_grid_one_window_short_is_refused():
+    """A fine grid that stops one window before the last coarse window ends used to be max-pooled over the fine
+    windows it had (a silently different score); a top-0 oracle used to return the init + local blocks."""
+    rng = np.random.default_rng(5)
+    sf = rng.normal(size=(2, 255))                                      # T = 256: 255 fine (2, 1) windows, Nc = 15
+    full = pool_fine_to_coarse(sf, 15)
+    with pytest.raises(ValueError, match="Nf=254 fine positions: too few for Nc=15"):
+        pool_fine_to_coarse(sf[:, :254], 15)
+    longer = np.concatenate([sf, rng.normal(size=(2, 3))], axis=1)     # positions past the last window: not read
+    np.testing.assert_array_equal(pool_fine_to_coarse(longer, 15), full)
+    with pytest.raises(ValueError, match="without a fine window"):
+        pool_fine_to_coarse(np.ones(3), 3, fine=(8, 8), coarse=(10, 10))   # [10, 20) holds no [8p, 8p + 8)
+    q, k = rng.normal(size=(1, 2, 2, 8)), rng.normal(size=(1, 256, 1, 8))
+    with pytest.raises(ValueError, match="topk must be an integer >= 1"):
+        oracle_blocks(q, k, np.array([200, 255]), topk=0)

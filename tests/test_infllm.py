@@ -95,7 +95,7 @@ def test_pool_to_blocks_takes_the_max_of_overlapping_positions():
 
 
 @settings(max_examples=25, deadline=None)
-@given(S=st.integers(70, 700), topk=st.integers(0, 3), n_local=st.integers(1, 3), seed=st.integers(0, 10))
+@given(S=st.integers(70, 700), topk=st.integers(1, 3), n_local=st.integers(1, 3), seed=st.integers(0, 10))
 def test_selection_keeps_init_and_local_and_never_a_future_block(S, topk, n_local, seed):
     rng = np.random.default_rng(seed)
     Nb = n_blocks(S)
@@ -208,3 +208,28 @@ def test_pipeline_on_ragged_lengths(S, seed):
     assert (idx[0, :, :, -1] >= 0).all() and (idx[0] <= cur[:, None, None]).all()
     assert (idx[0, :, :, 0] == 0).all()
     assert ((idx[0] == cur[:, None, None]).any(-1)).all() and ((idx[0] == cur[:, None, None] - 1).any(-1)).all()
+
+
+def test_top0_selection_and_inconsistent_grids_are_refused():
+    """topk=0 (a top-0 selection), a compressed grid that is not the grid of S, and q/k that disagree used to return
+    a selection (or a message naming the wrong argument)."""
+    rng = np.random.default_rng(11)
+    q, k = rng.normal(size=(1, 2, 4, 8)), rng.normal(size=(1, 200, 2, 8))
+    q_pos = np.array([100, 199])
+    with pytest.raises(ValueError, match="topk must be an integer >= 1"):
+        select_blocks(np.zeros((1, 2, 2, 4)), q_pos, topk=0)
+    with pytest.raises(ValueError, match="topk must be an integer >= 1"):
+        infllm_v2_select(q, k, topk=0)
+    with pytest.raises(ValueError, match="topk must be an integer >= 1"):
+        blocks_from_compressed(np.zeros((1, 2, 2, 11)), 200, q_pos, topk=0)
+    kc = compress_keys(k)                                            # Nc = 11 for S = 200
+    with pytest.raises(ValueError, match="kc must hold the 11 compressed keys of S=200"):
+        group_scores(q, kc[:, :10], q_pos, S=200)
+    with pytest.raises(ValueError, match="scores_c must be on the compressed grid of S=200"):
+        blocks_from_compressed(np.zeros((1, 2, 2, 10)), 200, q_pos, topk=1)
+    with pytest.raises(ValueError, match=r"scores_c has Nc=20 .* give Nc in \[11, 15\]"):
+        pool_to_blocks(np.zeros((2, 20)), 4)                         # 4 blocks of 64 tokens: S in [193, 256]
+    with pytest.raises(ValueError, match="k must be"):               # names k (the argument), not kc
+        infllm_v2_select(q[..., :7], k, topk=1)
+    # S = 193 (Nc = 11): the last block has no full compression window yet, so it pools nothing (-inf)
+    np.testing.assert_array_equal(pool_to_blocks(np.zeros((2, 11)), 4), [[0, 0, 0, -np.inf]] * 2)

@@ -207,3 +207,27 @@ def test_topk_explorer_data_and_widgets():
     assert isinstance(topk_explorer(ix), ipywidgets.Widget)
     assert isinstance(roofline_explorer(), ipywidgets.Widget)
     plt.close("all")
+
+
+def test_plus_inf_scores_are_refused_and_a_diverged_run_still_stops():
+    """+inf scores used to give a NaN loss (dense), a finite loss (sparse) or a NaN row (log_softmax); they now raise,
+    which train_indexer reports as divergence: notebook 04's large-init run stops after the same 7 steps."""
+    from hybrid_lab.models.lightning_indexer import log_softmax
+
+    I = np.log(np.array([[0.2, 0.3, 0.5], [0.6, 0.4, 1e-9]]))
+    p = np.array([[0.2, 0.3, 0.5], [0.5, 0.5, 0.0]])
+    I_inf = I.copy()
+    I_inf[0, 1] = np.inf
+    with pytest.raises(ValueError, match="I must be finite"):
+        dense_kl_loss(I_inf, p)
+    with pytest.raises(ValueError, match="I must be finite"):
+        sparse_kl_loss(I_inf, p, np.array([[0, 2], [0, 1]]))
+    with pytest.raises(ValueError, match="x must be finite"):
+        log_softmax(I_inf)
+    assert np.isneginf(log_softmax(np.array([0.0, -np.inf]))[1])      # -inf is still a masked position
+    d = concentrated_attention(concentration=4.0, seed=0)
+    p = attention_target(d.q, d.k, q_pos=d.q_pos)
+    big = LightningIndexer(64, n_heads=4, d_index=16, init_scale=0.2, seed=0)
+    h = train_indexer(big, d.x_queries[:64], d.x_keys, p[:64], steps=300, lr=1e-2, optimizer="sgd", clip=None,
+                      q_pos=d.q_pos[:64], show_progress=False)
+    assert h["diverged"] and h["steps"] == 7 and len(h["loss"]) == 7

@@ -43,7 +43,7 @@ def test_scores_reward_flop_efficiency():
     assert np.argmin(s) == 1
 
 
-def test_unchecked_scores_equal_checked():
+def test_fast_path_scores_equal_checked_scores():
     rng = np.random.default_rng(3)
     t, fl, nb = rng.integers(0, 50, 8).astype(float), rng.uniform(1e12, 1e14, 8), rng.uniform(1e7, 1e9, 8)
     nb[2] = 0.0
@@ -235,3 +235,28 @@ def test_explorer_wires_the_controls(chat):
 
 def test_default_alphas_start_at_lru():
     assert DEFAULT_ALPHAS[0] == 0.0 and list(DEFAULT_ALPHAS) == sorted(DEFAULT_ALPHAS)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(t=[0.0, np.nan, 2.0]), "last_access"),
+    (dict(t=[0.0, np.inf, 2.0]), "last_access"),
+    (dict(fl=[1e12, np.nan, 1e12]), "saved_flops"),
+    (dict(fl=[1e12, -1.0, 1e12]), "saved_flops"),
+    (dict(nb=[1e6, np.nan, 1e6]), "nbytes"),
+    (dict(nb=[1e6, np.inf, 1e6]), "nbytes"),
+    (dict(nb=[1e6, -1.0, 1e6]), "nbytes"),
+    (dict(nb=np.array(["1", "2", "3"])), "nbytes"),
+    (dict(t=[0.0, 1.0]), "same shape"),
+    (dict(t=[[0.0, 1.0, 2.0]]), "last_access"),
+    (dict(a=np.nan), "alpha"),
+    (dict(a=-0.5), "alpha"),
+    (dict(a="0.5"), "alpha"),
+])
+def test_fast_path_scores_refuse_what_would_change_a_score(bad, match):
+    """node_scores (the cache's per-eviction path) used to turn NaN times into all-zero recency and negative or NaN
+    byte counts into efficiency 0, silently; it now refuses them with checks that cost a min and a max."""
+    args = dict(t=[0.0, 1.0, 2.0], fl=[1e12, 2e12, 3e12], nb=[1e6, 2e6, 3e6], a=0.5)
+    args.update(bad)
+    with pytest.raises(ValueError, match=match):
+        node_scores(args["t"], args["fl"], args["nb"], args["a"])
+    assert node_scores([], [], [], 0.5).shape == (0,)

@@ -118,6 +118,9 @@ T0 = LayerTimes(1e-5, 5e-6, 2e-5, 1e-5, 3e-5, 4e-5, 1e-5, 3)
     (lambda: ModelSpec(block=0), "block"),
     (lambda: ModelSpec(churn=-0.1), "churn"),
     (lambda: ModelSpec(window=8, stride=16), "stride"),
+    (lambda: ModelSpec(topk=0), "topk"),                      # a block budget without dynamic blocks
+    (lambda: ModelSpec(n_local=0), "n_local"),                # the query's own block is always local
+    (lambda: Hardware("x", hbm_bw=1e12, pcie_bw=1e9, flops=1e12, n_sms=10, hbm_bytes=1e9, cta_half=0), "cta_half"),
     (lambda: LayerTimes(np.nan, 0, 0, 0, 0, 0, 0, 0), "sel"),
     (lambda: LayerTimes(0, 0, -1e-6, 0, 0, 0, 0, 0), "transfer"),
     (lambda: serial_layer_time((1e-5, 5e-6)), "LayerTimes"),

@@ -187,3 +187,10 @@ def test_inf_or_nan_at_a_late_step_is_refused(rng, arg, value):
     for scan in (ssm.ssm_scan, ssm.ssm_chunked, ssm.selective_scan):
         with pytest.raises(ValueError, match=rf"{arg} must be finite, got NaN or inf at index \(0, 5, 0\)"):
             scan(**kw)
+
+
+def test_survival_with_no_decay_keeps_the_token():
+    """A = 0 is valid (documented: A <= 0): nothing decays; A > 0 would grow and is refused."""
+    np.testing.assert_array_equal(ssm.survival(0.5, 0.0, 6, token=1), [0, 1, 1, 1, 1, 1])
+    with pytest.raises(ValueError, match="A must be <= 0"):
+        ssm.survival(0.5, 0.1, 6)

@@ -38,12 +38,12 @@ def lines(ax):
 # ------------------------------------------------------------------------------------------- widgets/dsa.py
 def test_dsa_plot_entropy_draws_every_head_and_the_maximum():
     ent = {"a": np.array([6.9, 6.8]), "b": np.array([3.0])}
-    fig = dsa.plot_entropy(ent, {"a": 6.93, "b": 2.5})
+    fig = dsa.plot_entropy(ent, {"a": 6.93, "b": 3.5})
     ax = fig.axes[0]
     np.testing.assert_allclose(bars(ax)[:, 2], [6.9, 6.8, 3.0])               # heights, in order
     np.testing.assert_allclose(bars(ax)[:, 0] + bars(ax)[:, 1] / 2, [0, 1, 3])  # one gap between sources
     dashed = [c for c in ax.collections if isinstance(c, LineCollection)]
-    np.testing.assert_allclose([seg[0][0][1] for seg in (c.get_segments() for c in dashed)], [6.93, 2.5])
+    np.testing.assert_allclose([seg[0][0][1] for seg in (c.get_segments() for c in dashed)], [6.93, 3.5])
 
 
 def test_dsa_plot_topk_curves_and_losses():
@@ -93,12 +93,15 @@ def test_dsa_explorers_build():
     (lambda: dsa.plot_entropy({"a": [1.0, np.nan]}, 1.0), "entropy"),
     (lambda: dsa.plot_entropy({"a": [1.0]}, {"b": 1.0}), "max_entropy"),
     (lambda: dsa.plot_entropy({"a": [1.0]}, np.inf), "max_entropy"),
+    (lambda: dsa.plot_entropy({"a": [1.0, 2.5]}, 2.0), "max_entropy"),             # above the uniform maximum
+    (lambda: dsa.plot_entropy({"a": [0.3]}, 0.0), "max_entropy"),                  # ln 1 = 0: one key, entropy 0
     (lambda: dsa.plot_topk_curves([16, 32], {"c": [1.0]}, "y"), "curves"),
     (lambda: dsa.plot_topk_curves([16, 0], {"c": [1.0, 2.0]}, "y"), "ks"),
     (lambda: dsa.plot_losses({"a": [1.0, -2.0]}), "histories"),
     (lambda: dsa.plot_topk_explorer({"mass": np.inf}), "mass"),
     (lambda: dsa.topk_explorer_data(2.0, 0), "k"),
     (lambda: dsa.topk_explorer_data(2.0, 8, n_train=128), "n_train"),
+    (lambda: dsa.topk_explorer_data(2.0, 8, n_train=0), "n_train"),                # no query the indexer saw
     (lambda: dsa.roofline_summary(2.5), "L"),
     (lambda: dsa.plot_roofline(L_max=100), "L_max"),
 ])

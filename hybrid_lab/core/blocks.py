@@ -1,9 +1,19 @@
 """The building blocks every model of the lab shares: norms, activations, RoPE, softmax with an attention sink,
-grouped-query attention under an explicit mask. Pure numpy, no argument checks (callers validate), no state.
+grouped-query attention under an explicit mask, weight initialisation. Pure numpy, no state.
+
+Checks are cheap on purpose (these functions run inside the models' hot loops): scalar parameters (eps, scale,
+base, rot_dims, sink), dtypes (real numbers; RoPE's x a float array) and the shapes that must agree raise a
+``ValueError`` naming the argument. Activation VALUES are not scanned: NaN in -> NaN out. A NaN in x, q, k, v or
+the logits reaches every output it touches (an elementwise op: that element; a norm or a softmax: its whole row),
+never a finite number. ±inf follows IEEE arithmetic: an activation gives its exact limit (sigmoid(-inf) = 0) or
+NaN (silu(-inf) = -inf/inf), a -inf logit is a masked position and a +inf logit makes its row NaN. The callers
+that take user data (the ops' contracts, the models' entry points) check values once, at the door.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from hybrid_lab.core import checks
 
 __all__ = ["rms_norm", "layer_norm", "silu", "sigmoid", "softplus", "apply_rope", "softmax_with_sink",
            "masked_attention_probs", "masked_attention",
@@ -12,6 +22,8 @@ __all__ = ["rms_norm", "layer_norm", "silu", "sigmoid", "softplus", "apply_rope"
 
 def layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     """Weightless LayerNorm over the last axis. x: (..., D)."""
+    x = checks.array("x", x)
+    checks.positive_number("eps", eps)           # checked, used as given (its type sets the result's precision)
     mu = x.mean(axis=-1, keepdims=True)
     var = x.var(axis=-1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps)
@@ -19,53 +31,81 @@ def layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
 
 def softplus(z):
     """log(1 + e^z), computed without overflow."""
-    z = np.asarray(z)
+    z = checks.array("z", z)
     return np.logaddexp(0.0, z)
 
 
 def softmax_with_sink(logits, sink=None):
     """Softmax over the last axis with ``-inf`` entries masked out; rows with nothing visible give all zeros.
 
-    sink: optional logit broadcastable to ``logits[..., :1]``: it adds ``exp(sink)`` to the denominator (a slot that
-    absorbs probability mass), so a row then sums to < 1.
+    sink: optional finite logit broadcastable to ``logits[..., :1]``: it adds ``exp(sink)`` to the denominator (a
+    slot that absorbs probability mass), so a row then sums to < 1. A NaN or +inf logit makes its whole row NaN.
     """
+    logits = checks.array("logits", logits)
     m = logits.max(axis=-1, keepdims=True)
     if sink is not None:
+        sink = _sink(sink, m.shape, "logits[..., :1]")
         m = np.maximum(m, sink)
-    m = np.where(np.isfinite(m), m, 0.0)          # all-masked rows: avoid inf - inf
+    m = np.where(m == -np.inf, 0.0, m)            # all-masked rows: avoid inf - inf (NaN / +inf rows stay NaN)
     p = np.exp(logits - m)
     den = p.sum(axis=-1, keepdims=True)
     if sink is not None:
         den = den + np.exp(sink - m)
-    return p / np.where(den > 0, den, 1.0)
+    return p / np.where(den == 0, 1.0, den)       # 0: nothing visible (p is 0 too); NaN stays NaN
+
+
+def _sink(sink, shape, shape_doc):
+    """A finite real sink logit broadcastable to ``shape`` (no bigger than it)."""
+    sink = checks.array("sink", sink)
+    try:
+        fits = np.broadcast_shapes(sink.shape, shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"sink must broadcast to {shape_doc} {tuple(shape)}, got shape {sink.shape}")
+    if not np.isfinite(sink).all():
+        raise ValueError(f"sink must be finite (a logit), got {sink.ravel()[~np.isfinite(sink.ravel())][0]}")
+    return sink
 
 
 def rms_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """Weightless RMSNorm over the last axis. x: (..., D)."""
+    x = checks.array("x", x)
+    checks.positive_number("eps", eps)
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
+    x = checks.array("x", x)
     return x / (1.0 + np.exp(-x))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
+    x = checks.array("x", x)
     return 1.0 / (1.0 + np.exp(-x))
 
 
 def apply_rope(x: np.ndarray, pos: np.ndarray, rot_dims: int, base: float = 10000.0) -> np.ndarray:
     """Partial rotary embedding on the first ``rot_dims`` channels (rotate-half form); the rest pass through.
 
-    x: (T, H, d); pos: (T,) absolute positions. ``rot_dims`` must be even and <= d (0 = NoPE).
+    x: (T, H, d) float; pos: (T,) absolute positions (integers >= 0). ``rot_dims`` must be even and <= d
+    (0 = NoPE); base > 0.
     """
-    d = x.shape[-1]
-    if rot_dims < 0 or rot_dims % 2 or rot_dims > d:
-        raise ValueError(f"rot_dims must be an even integer in [0, d={d}], got {rot_dims}")
+    x = checks.array("x", x, 3, "(T, H, d)", kinds="f")       # float: the rotation is written back into a copy
+    T, _, d = x.shape
+    rot_dims = checks.nonneg_int("rot_dims", rot_dims)
+    if rot_dims % 2 or rot_dims > d:
+        raise ValueError(f"rot_dims must be an even integer in [0, d={d}] (d: the last axis of x {x.shape}), "
+                         f"got {rot_dims}")
+    checks.positive_number("base", base)
+    pos = checks.int_array("pos", pos, 1, f"(T={T},)", lo=0)
+    if pos.shape != (T,):
+        raise ValueError(f"pos must be (T={T},) like x {x.shape}, got shape {pos.shape}")
     if rot_dims == 0:
         return x
     half = rot_dims // 2
     inv = base ** (-np.arange(half) / half)                         # (half,)
-    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # (T, half)
+    ang = pos.astype(np.float64)[:, None] * inv[None, :]            # (T, half)
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     x1, x2 = x[..., :half], x[..., half:rot_dims]
     out = x.copy()
@@ -74,20 +114,35 @@ def apply_rope(x: np.ndarray, pos: np.ndarray, rot_dims: int, base: float = 1000
     return out
 
 
+def _check_attention(q, k, mask, scale, sink):
+    """The shapes of one sequence's grouped-query attention: q (T, Hq, d), k (S, Hkv, d), mask (T, S) bool."""
+    q = checks.array("q", q, 3, "(T, Hq, d)")
+    k = checks.array("k", k, 3, "(S, Hkv, d)")
+    T, Hq, d = q.shape
+    S, Hkv = k.shape[:2]
+    if k.shape[2] != d:
+        raise ValueError(f"k must be (S, Hkv, d={d}) like q {q.shape}, got shape {k.shape}")
+    G = checks.heads(Hq, Hkv, "Hq (q.shape[1])", "Hkv (k.shape[1])")
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_ or mask.shape != (T, S):
+        raise ValueError(f"mask must be a bool (T={T}, S={S}) array (True = visible; T from q {q.shape}, S from "
+                         f"k {k.shape}), got shape {mask.shape} dtype {mask.dtype}")
+    checks.positive_number("scale", scale)       # checked, used as given (its type sets the result's precision)
+    if sink is not None:
+        sink = checks.array("sink", sink, 1, f"(Hq={Hq},)")
+        if sink.shape != (Hq,) or not np.isfinite(sink).all():
+            raise ValueError(f"sink must be (Hq={Hq},) finite logits, got {sink.tolist()}")
+        sink = sink.reshape(1, Hkv, G, 1)
+    return q, k, mask, scale, sink
+
+
 def masked_attention_probs(q, k, mask, scale, sink=None):
     """Softmax probabilities of grouped-query attention.
 
-    q: (T, Hq, d); k: (S, Hkv, d); mask: (T, S) bool (True = visible); sink: (Hq,) or None.
+    q: (T, Hq, d); k: (S, Hkv, d); mask: (T, S) bool (True = visible); scale > 0; sink: (Hq,) finite or None.
     Returns p: (T, Hq, S), rows with no visible key are 0. With a sink the row sums to < 1 (mass absorbed by it).
     """
-    T, Hq, d = q.shape
-    Hkv = k.shape[1]
-    G = Hq // Hkv
-    qg = q.reshape(T, Hkv, G, d)
-    logits = np.einsum("tgjd,sgd->tgjs", qg, k) * scale              # (T, Hkv, G, S)
-    logits = np.where(mask[:, None, None, :], logits, -np.inf)
-    s = None if sink is None else np.asarray(sink, dtype=logits.dtype).reshape(1, Hkv, G, 1)
-    return softmax_with_sink(logits, s).reshape(T, Hq, k.shape[0])   # explicit S: T = 0 must work
+    return _probs(*_check_attention(q, k, mask, scale, sink))
 
 
 def masked_attention(q, k, v, mask, scale, sink=None):
@@ -95,20 +150,55 @@ def masked_attention(q, k, v, mask, scale, sink=None):
 
     q: (T, Hq, d); k: (S, Hkv, d); v: (S, Hkv, dv); mask: (T, S) bool. Returns (o: (T, Hq, dv), p: (T, Hq, S)).
     """
-    p = masked_attention_probs(q, k, mask, scale, sink)
+    q, k, mask, scale, sink = _check_attention(q, k, mask, scale, sink)
+    v = checks.array("v", v, 3, "(S, Hkv, dv)")
+    if v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"v must be (S, Hkv, dv) with the (S, Hkv) = {k.shape[:2]} of k, got shape {v.shape}")
+    p = _probs(q, k, mask, scale, sink)
     T, Hq, S = p.shape
     Hkv = k.shape[1]
     o = np.einsum("tgjs,sgd->tgjd", p.reshape(T, Hkv, Hq // Hkv, S), v).reshape(T, Hq, v.shape[-1])
     return o, p
 
 
+def _probs(q, k, mask, scale, sink):
+    T, Hq, d = q.shape
+    Hkv = k.shape[1]
+    qg = q.reshape(T, Hkv, Hq // Hkv, d)
+    logits = np.einsum("tgjd,sgd->tgjs", qg, k) * scale              # (T, Hkv, G, S)
+    logits = np.where(mask[:, None, None, :], logits, -np.inf)
+    s = None if sink is None else sink.astype(logits.dtype)
+    return softmax_with_sink(logits, s).reshape(T, Hq, k.shape[0])   # explicit S: T = 0 must work
+
+
 # ------------------------------------------------------------------- weight initialisation (shared by the models)
+def _float_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != "f":
+        raise ValueError(f"dtype must be a float dtype such as 'float32' or 'float64', got {dtype!r}")
+    return dt
+
+
 def init_weight(rng, shape, fan_in, dtype):
-    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(dtype)
+    """Gaussian weights of std 1/sqrt(fan_in). shape: a tuple of sizes >= 1; fan_in >= 1; dtype a float dtype."""
+    if not isinstance(shape, (tuple, list)) or not shape:
+        raise ValueError(f"shape must be a non-empty tuple of sizes, got {shape!r}")
+    shape = tuple(checks.pos_int(f"shape[{i}]", n) for i, n in enumerate(shape))
+    fan_in = checks.pos_int("fan_in", fan_in)
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(_float_dtype(dtype))
 
 
 def attn_weights(rng, prefix, D, Hq, Hkv, dk, dv, dtype, kv=True, gate=False, sink=False):
-    w = {prefix + "wq": init_weight(rng, (D, Hq * dk), D, dtype), prefix + "wo": init_weight(rng, (Hq * dv, D), Hq * dv, dtype)}
+    """One attention layer's weights {prefix + name: array}: wq (D, Hq·dk), wo (Hq·dv, D), [wk, wv (D, Hkv·dk/dv)],
+    [wg (D, Hq·dv)], [sink (Hq,)]. Sizes are integers >= 1, Hq a multiple of Hkv."""
+    D, dk, dv = (checks.pos_int(n, v) for n, v in (("D", D), ("dk", dk), ("dv", dv)))
+    checks.heads(Hq, Hkv, "Hq", "Hkv")
+    dtype = _float_dtype(dtype)
+    w = {prefix + "wq": init_weight(rng, (D, Hq * dk), D, dtype),
+         prefix + "wo": init_weight(rng, (Hq * dv, D), Hq * dv, dtype)}
     if kv:
         w[prefix + "wk"] = init_weight(rng, (D, Hkv * dk), D, dtype)
         w[prefix + "wv"] = init_weight(rng, (D, Hkv * dv), D, dtype)
@@ -120,4 +210,6 @@ def attn_weights(rng, prefix, D, Hq, Hkv, dk, dv, dtype, kv=True, gate=False, si
 
 
 def mlp_weights(rng, prefix, D, F, dtype):
+    """An MLP's weights {prefix + "w1": (D, F), prefix + "w2": (F, D)}; D, F integers >= 1."""
+    D, F = checks.pos_int("D", D), checks.pos_int("F", F)
     return {prefix + "w1": init_weight(rng, (D, F), D, dtype), prefix + "w2": init_weight(rng, (F, D), F, dtype)}

@@ -146,6 +146,7 @@ def qkv(q, k, v=None):
 
 def tokens(name: str, toks, vocab: int) -> np.ndarray:
     """A non-empty 1-D array of token ids in [0, vocab)."""
+    vocab = pos_int("vocab", vocab)
     toks = np.asarray(toks)
     if toks.ndim != 1 or toks.size == 0 or toks.dtype.kind not in "iu":
         raise ValueError(f"{name} must be a non-empty 1-D integer array, got shape {toks.shape} dtype {toks.dtype}")
@@ -155,6 +156,7 @@ def tokens(name: str, toks, vocab: int) -> np.ndarray:
 def query_positions(q_pos, T: int, S: int) -> np.ndarray:
     """Absolute positions of T queries over S keys: the given (T,) integers in [0, S), or by default the last T
     positions (``S - T + arange(T)``: a prefill chunk or a decode step at the end of the cache). Returns int64."""
+    T, S = nonneg_int("T (the number of queries)", T), nonneg_int("S (the number of keys)", S)
     if q_pos is None:
         if T > S:
             raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
@@ -169,6 +171,7 @@ def query_positions(q_pos, T: int, S: int) -> np.ndarray:
 def index_sets(name: str, idx, n: int, ndim: int | None = None, shape_doc: str = "") -> np.ndarray:
     """Index sets over ``n`` positions, one per row (last axis): integers in [-1, n), -1 = an empty slot, and no
     position listed twice in a row (it would be counted twice). Returns int64."""
+    n = nonneg_int(f"n (the number of positions {name} indexes)", n)
     idx = int_array(name, idx, ndim, shape_doc, lo=-1, hi=n)
     if idx.ndim < 1:
         raise ValueError(f"{name} must be an array (..., K) of index sets, got a scalar")

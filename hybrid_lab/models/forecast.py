@@ -205,8 +205,9 @@ def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
     """Max-pool fine-grid scores (..., Nf) onto the coarse grid (..., Nc).
 
     Coarse position j takes the max over the fine windows contained in its token span
-    [j·s_c, j·s_c + l_c); with (2, 1) -> (32, 16) that is fine positions 16j .. 16j + 30. Every coarse window
-    must contain at least one fine window: a fine grid too short for ``Nc`` is refused, not padded with zeros.
+    [j·s_c, j·s_c + l_c); with (2, 1) -> (32, 16) that is fine positions 16j .. 16j + 30. The fine grid must
+    reach the end of the last coarse window (a grid too short for ``Nc`` is refused, not pooled over fewer fine
+    windows); a longer one is fine (positions past the last coarse window are not read).
     """
     (lf, sf), (lc, sc) = _window("fine", fine), _window("coarse", coarse)
     if lf > lc:
@@ -218,11 +219,13 @@ def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
     Nf = scores_f.shape[-1]
     j = np.arange(Nc)
     lo = -(-(j * sc) // sf)
-    hi = np.minimum(Nf - 1, (j * sc + lc - lf) // sf)
-    if Nc and (hi < lo).any():
-        bad = int(np.argmax(hi < lo))
+    hi = (j * sc + lc - lf) // sf                                    # the last fine window inside coarse window j
+    if Nc and hi[-1] > Nf - 1:
         raise ValueError(f"scores_f has Nf={Nf} fine positions: too few for Nc={Nc} coarse windows "
-                         f"(coarse window {bad} needs fine position {lo[bad]})")
+                         f"(coarse window {Nc - 1} needs fine positions {lo[-1]} .. {hi[-1]})")
+    if (hi < lo).any():
+        bad = int(np.argmax(hi < lo))
+        raise ValueError(f"fine={fine} leaves coarse window {bad} of coarse={coarse} without a fine window inside it")
     width = int(max(1, (hi - lo + 1).max(initial=1)))
     cols = lo[:, None] + np.arange(width)[None, :]
     ok = cols <= hi[:, None]

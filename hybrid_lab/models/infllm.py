@@ -43,6 +43,11 @@ def _check_window(window, stride):
     return window, stride
 
 
+def _n_compressed(S: int, window: int, stride: int) -> int:
+    """Full compression windows over S tokens: (S - window) // stride + 1, or 0 when S < window."""
+    return 0 if S < window else (S - window) // stride + 1
+
+
 def compress_keys(k: np.ndarray, window: int = 32, stride: int = 16) -> np.ndarray:
     """Overlapping mean pooling of keys: kc[:, j] = mean(k[:, j·stride : j·stride + window]).
 
@@ -53,7 +58,7 @@ def compress_keys(k: np.ndarray, window: int = 32, stride: int = 16) -> np.ndarr
     window, stride = _check_window(window, stride)
     k = checks.finite_array("k", k, 4, "(B, S, Hkv, d)")
     B, S, H, d = k.shape
-    Nc = 0 if S < window else (S - window) // stride + 1
+    Nc = _n_compressed(S, window, stride)
     out_dtype = np.result_type(k.dtype, np.float32)
     if Nc == 0:
         return np.zeros((B, 0, H, d), out_dtype)
@@ -100,7 +105,11 @@ def group_scores(q, kc, q_pos=None, S=None, window: int = 32, stride: int = 16, 
     B, T, Hq, d = q.shape
     Nc, Hkv = kc.shape[1], kc.shape[2]
     window, stride = _check_window(window, stride)
-    S = max(T, (Nc - 1) * stride + window if Nc else 0) if S is None else checks.nonneg_int("S", S)
+    if S is None:
+        S = max(T, (Nc - 1) * stride + window if Nc else 0)
+    elif _n_compressed(checks.nonneg_int("S", S), window, stride) != Nc:
+        raise ValueError(f"kc must hold the {_n_compressed(S, window, stride)} compressed keys of S={S} tokens "
+                         f"(window {window}, stride {stride}), got Nc={Nc}")
     q_pos = checks.query_positions(q_pos, T, S)
     G = Hq // Hkv
     scale = d ** -0.5 if scale is None else checks.positive_number("scale", scale)
@@ -137,6 +146,12 @@ def pool_to_blocks(scores_c, n_blocks_: int, block_size: int = 64, window: int =
     n_blocks_ = checks.nonneg_int("n_blocks_", n_blocks_)
     Nc = scores_c.shape[-1]
     lo, hi = block_overlap(n_blocks_, Nc, block_size, window, stride)
+    # n_blocks_ blocks hold S in ((n_blocks_-1)·block_size, n_blocks_·block_size] tokens: Nc must be the grid of one
+    S_lo, S_hi = max(0, (n_blocks_ - 1) * block_size + 1), n_blocks_ * block_size
+    Nc_lo, Nc_hi = _n_compressed(S_lo, window, stride), _n_compressed(S_hi, window, stride)
+    if not Nc_lo <= Nc <= Nc_hi:
+        raise ValueError(f"scores_c has Nc={Nc} compressed positions, but {n_blocks_} blocks of {block_size} tokens "
+                         f"(window {window}, stride {stride}) give Nc in [{Nc_lo}, {Nc_hi}]")
     width = int(max(1, (hi - lo + 1).max(initial=1)))
     cols = lo[:, None] + np.arange(width)[None, :]                           # (n_blocks, width)
     ok = cols <= hi[:, None]
@@ -150,7 +165,7 @@ def select_blocks(block_scores, q_pos, topk: int, block_size: int = 64, n_init: 
 
     block_scores: (B, T, Hkv, Nb) block-level scores (-inf = not selectable); q_pos: (T,) absolute positions.
     Init blocks: 0 .. n_init-1. Local blocks: the block holding q_pos and the n_local-1 before it. Top-k: the
-    topk highest-scoring visible blocks outside init ∪ local (ties to the smaller block id).
+    topk (>= 1) highest-scoring visible blocks outside init ∪ local (ties to the smaller block id).
     Returns (B, T, Hkv, n_init + n_local + topk) int64 block ids, ascending, -1 padded at the end; never a
     block that starts after q_pos. topk larger than the candidate blocks (Nb - n_init - n_local) is an error.
     """
@@ -160,7 +175,7 @@ def select_blocks(block_scores, q_pos, topk: int, block_size: int = 64, n_init: 
     if q_pos is None:
         raise ValueError("q_pos must be given: (T,) absolute positions of the queries")
     q_pos = checks.query_positions(q_pos, T, Nb * block_size)               # the query's block must exist
-    topk = checks.nonneg_int("topk", topk)
+    topk = checks.pos_int("topk", topk)                                      # a top-0 selection is no selection
     n_init, n_local = checks.nonneg_int("n_init", n_init), checks.nonneg_int("n_local", n_local)
     n_cand = Nb - n_init - n_local
     if topk > max(n_cand, 0):
@@ -174,7 +189,7 @@ def select_blocks(block_scores, q_pos, topk: int, block_size: int = 64, n_init: 
     fixed = init | local                                                      # (T, Nb)
     cand = visible & ~fixed
     masked = np.where(cand[None, :, None, :], s, -np.inf)
-    dyn = topk_indices(masked, topk) if topk else np.zeros((Bt, T, H, 0), np.int64)
+    dyn = topk_indices(masked, topk)
     fixed_ids = np.where(np.broadcast_to(fixed[None, :, None, :], (Bt, T, H, Nb)), b, -1)
     # at most n_init + n_local fixed blocks per row: keep the largest ids (all -1 sort first)
     n_fixed = n_init + n_local
@@ -197,7 +212,12 @@ def blocks_from_compressed(scores_c, S: int, q_pos, topk: int, block_size: int =
     softmax is monotone and can be skipped; mask invisible positions with -inf, not 0).
     """
     scores_c = checks.finite_array("scores_c", scores_c, 4, "(B, T, Hkv, Nc)", allow_neginf=True)
-    bs = pool_to_blocks(scores_c, n_blocks(S, block_size), block_size, window, stride)
+    nb = n_blocks(S, block_size)
+    window, stride = _check_window(window, stride)
+    if scores_c.shape[-1] != _n_compressed(S, window, stride):
+        raise ValueError(f"scores_c must be on the compressed grid of S={S} tokens (window {window}, stride "
+                         f"{stride}): Nc = {_n_compressed(S, window, stride)}, got shape {scores_c.shape}")
+    bs = pool_to_blocks(scores_c, nb, block_size, window, stride)
     return select_blocks(bs, q_pos, topk, block_size, n_init, n_local), bs
 
 
@@ -208,8 +228,7 @@ def infllm_v2_select(q, k, topk: int, block_size: int = 64, window: int = 32, st
     q: (B, T, Hq, d), k: (B, S, Hkv, d). Returns (block_idx (B, T, Hkv, n_init+n_local+topk), block_scores
     (B, T, Hkv, Nb), scores_c (B, T, Hkv, Nc)).
     """
-    q = checks.finite_array("q", q, 4, "(B, T, Hq, d)")
-    k = checks.finite_array("k", k, 4, "(B, S, Hkv, d)")
+    q, k, _ = checks.qkv(q, k)                       # q and k agree (B, d, heads) before k is compressed
     S, T = k.shape[1], q.shape[1]
     q_pos = checks.query_positions(q_pos, T, S)
     checks.pos_int("block_size", block_size)         # fail before the scoring work

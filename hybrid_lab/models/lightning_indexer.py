@@ -30,22 +30,20 @@ from hybrid_lab.ops.sparse_attention import topk_indices
 
 # ---------------------------------------------------------------- losses on the scores (the KL of DeepSeek-V3.2)
 def log_softmax(x, axis=-1):
-    """Numerically stable log-softmax; -inf entries stay -inf (probability 0). NaN is refused."""
-    x = checks.array("x", x).astype(np.float64)
-    if np.isnan(x).any():
-        raise ValueError(f"x must not contain NaN, got NaN at index {tuple(int(i) for i in np.argwhere(np.isnan(x))[0])}")
+    """Numerically stable log-softmax; -inf entries stay -inf (probability 0). NaN and +inf are refused."""
+    x = checks.finite_array("x", x, allow_neginf=True).astype(np.float64)
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
 
 
 def _check_scores_target(I, p):
-    I = checks.array("I", I, 2, "(T, S)").astype(np.float64)      # +inf allowed: a diverging run gives a NaN loss
-    p = checks.array("p", p, 2, "(T, S)").astype(np.float64)
-    if I.ndim != 2 or p.shape != I.shape:
+    # -inf marks an invisible position; NaN or +inf (a diverging run's overflow) raises, which train_indexer
+    # reports as divergence
+    I = checks.finite_array("I", I, 2, "(T, S)", allow_neginf=True).astype(np.float64)
+    p = checks.finite_array("p", p, 2, "(T, S)").astype(np.float64)
+    if p.shape != I.shape:
         raise ValueError(f"scores I and target p must both be (T, S), got I{I.shape} p{p.shape}")
-    if np.isnan(I).any() or np.isnan(p).any():
-        raise ValueError("scores I and target p must not contain NaN")
     if (p < 0).any() or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-6):
         raise ValueError("target p must be a probability distribution over each row (>= 0, rows sum to 1)")
     if ((p > 0) & np.isneginf(I)).any():
@@ -63,8 +61,8 @@ def dense_kl_loss(I, p):
     """Dense warm-up loss Σ_t KL(p[t] || softmax(I[t])) and its gradient w.r.t. I.
 
     I: (T, S) indexer scores (-inf where not visible); p: (T, S) target (rows sum to 1). Returns (loss, dI (T, S)):
-    dI[t] = softmax(I[t]) - p[t] (0 at invisible positions). NaN scores raise; a +inf score (a diverging run's
-    overflow) gives a NaN loss, which ``train_indexer`` reports as divergence.
+    dI[t] = softmax(I[t]) - p[t] (0 at invisible positions). NaN or +inf scores (a diverging run's overflow) raise
+    ``ValueError``, which ``train_indexer`` reports as divergence.
     """
     I, p = _check_scores_target(I, p)
     logq = log_softmax(I)
@@ -149,9 +147,10 @@ class LightningIndexer:
 
     Parameters (``self.params``, float64): Wq (D, Hi, di), Ww (D, Hi), bw (Hi,) [only if ``use_bias``], Wk (D, di).
     q[t, j] = x_t Wq[:, j]; w[t, j] = x_t Ww[:, j] + bw[j]; k[s] = x_s Wk.
-    ``init_scale`` is the std of the Gaussian init of every weight matrix. The bias starts at ``bias_init`` (> 0):
-    a positive constant head weight, like the constant component of a real residual stream, so that every query
-    starts by ranking keys the same way up (w > 0) instead of half of them upside down.
+    ``init_scale`` is the std of the Gaussian init of every weight matrix. The bias starts at ``bias_init``
+    (default 1.0 > 0): a positive constant head weight, like the constant component of a real residual stream, so
+    that every query starts by ranking keys the same way up (w > 0) instead of half of them upside down. Any finite
+    value is accepted: 0 or a negative bias is the experiment of starting without (or against) that help.
     """
 
     def __init__(self, d_model: int, n_heads: int = 4, d_index: int = 16, init_scale: float = 0.02,
@@ -250,7 +249,7 @@ def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 
     steps, lr = checks.pos_int("steps", steps), checks.positive_number("lr", lr)
     if clip is not None:
         checks.positive_number("clip", clip)
-    # bad arguments raise here: inside the loop a ValueError means NaN scores, i.e. a diverged run
+    # bad arguments raise here: inside the loop a ValueError means NaN or +inf scores, i.e. a diverged run
     T = indexer._check_batch(x_queries, x_keys, p, q_pos, stage, topk)[0].shape[0]
     opt = Adam(indexer.params, lr=lr) if optimizer == "adam" else None
     history = {"loss": [], "diverged": False, "steps": 0}
@@ -259,7 +258,7 @@ def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 
         for _ in it:
             try:
                 loss, grads = indexer.loss_and_grads(x_queries, x_keys, p, q_pos, stage, topk)
-            except ValueError:                                          # NaN scores: the run has diverged
+            except ValueError:                                          # NaN or +inf scores: diverged
                 history["diverged"] = True
                 break
             history["loss"].append(loss / T)

@@ -206,8 +206,9 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
 def survival(dt, A, length: int, token: int = 0):
     """How much of token ``token``'s contribution is still in the state after each later step.
 
-    With constant Δ and decay rate A (< 0) the factor after t steps is exp(Δ·A·(t - token)); ``dt`` may also be an
-    array of per-step Δ (length ``length``) to show selectivity: Δ ≈ 0 on a step means "skip this token".
+    With constant Δ and decay rate A (<= 0; 0 = no decay) the factor after t steps is exp(Δ·A·(t - token)); ``dt``
+    may also be an array of per-step Δ (length ``length``) to show selectivity: Δ ≈ 0 on a step means "skip this
+    token".
     Returns (length,) with zeros before ``token``.
     """
     length = checks.nonneg_int("length", length)

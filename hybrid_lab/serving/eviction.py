@@ -13,6 +13,8 @@ above the cache.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hybrid_lab.core.checks import finite_array, nonneg_number
@@ -47,9 +49,38 @@ def eviction_scores(last_access, saved_flops, nbytes, alpha: float) -> np.ndarra
 
 
 def node_scores(last_access, saved_flops, nbytes, alpha: float) -> np.ndarray:
-    """:func:`eviction_scores` without the argument checks, for the cache: its arrays are valid by construction, and
-    checking them again on every eviction would cost about a tenth of a replay."""
-    return _normalize(last_access) + alpha * _normalize(_efficiency(saved_flops, nbytes))
+    """:func:`eviction_scores` for the cache's hot path (one call per eviction), checked at almost no cost: ranks,
+    dtypes and lengths from the arrays' attributes; the values from the min and max that the normalizations take
+    anyway, plus one min and max of nbytes. It refuses every input that would change a score (the FLOPs of a node
+    that holds no bytes are not read: its efficiency is 0 by definition). last_access, saved_flops, nbytes: (n,)
+    real; alpha >= 0."""
+    if not (type(alpha) is float and 0.0 <= alpha < math.inf):       # the cache passes a checked float
+        alpha = nonneg_number("alpha", alpha)
+    t, saved, nb = _vector("last_access", last_access), _vector("saved_flops", saved_flops), _vector("nbytes", nbytes)
+    if not t.shape == saved.shape == nb.shape:
+        raise ValueError(f"last_access {t.shape}, saved_flops {saved.shape} and nbytes {nb.shape} must have the "
+                         f"same shape (n,)")
+    if t.size == 0:
+        return t
+    lo, hi = nb.min(), nb.max()
+    if not (lo >= 0 and hi < math.inf):                                # NaN fails both comparisons
+        raise ValueError(f"nbytes must be finite and >= 0, got values in [{lo:.6g}, {hi:.6g}]")
+    eff = _efficiency(saved, nb)
+    e_lo, e_hi = eff.min(), eff.max()
+    if not (e_lo >= 0 and e_hi < math.inf):
+        raise ValueError(f"saved_flops must be finite and >= 0, got FLOPs per byte in [{e_lo:.6g}, {e_hi:.6g}]")
+    t_lo, t_hi = t.min(), t.max()
+    if not (-math.inf < t_lo and t_hi < math.inf):
+        raise ValueError(f"last_access must be finite, got values in [{t_lo}, {t_hi}]")
+    recency = (t - t_lo) / (t_hi - t_lo) if t_hi > t_lo else np.zeros_like(t)
+    return recency + alpha * ((eff - e_lo) / (e_hi - e_lo) if e_hi > e_lo else np.zeros_like(eff))
+
+
+def _vector(name, a) -> np.ndarray:
+    a = np.asarray(a)
+    if a.ndim != 1 or a.dtype.kind not in "fiu":
+        raise ValueError(f"{name} must be a real (n,) array, got shape {a.shape} dtype {a.dtype}")
+    return a.astype(np.float64, copy=False)
 
 
 def _check_pair(saved_flops, nbytes):

@@ -51,7 +51,7 @@ class Hardware:
         checks.number_in("Hardware.efficiency", self.efficiency, 0.0, 1.0)
         checks.nonneg_number("Hardware.launch_s", self.launch_s)
         checks.nonneg_number("Hardware.sync_s", self.sync_s)
-        checks.nonneg_int("Hardware.cta_half", self.cta_half)
+        checks.pos_int("Hardware.cta_half", self.cta_half)      # 0 would give the full link to a single CTA
 
     def copy_bw(self, ctas: int) -> float:
         """Host->device bandwidth reached by `ctas` resident copy CTAs: saturating, c / (c + cta_half)."""
@@ -91,8 +91,9 @@ class ModelSpec:
         for f in ("n_layers", "d_model", "n_q_heads", "n_kv_heads", "d_head", "d_ff", "vocab", "block", "window",
                   "stride", "bytes_per"):
             checks.pos_int(f"ModelSpec.{f}", getattr(self, f))
-        for f in ("n_init", "n_local", "topk"):
-            checks.nonneg_int(f"ModelSpec.{f}", getattr(self, f))
+        checks.nonneg_int("ModelSpec.n_init", self.n_init)
+        for f in ("n_local", "topk"):      # the query's own block is local; a budget without top-k is not sparse
+            checks.pos_int(f"ModelSpec.{f}", getattr(self, f))
         checks.heads(self.n_q_heads, self.n_kv_heads, "ModelSpec.n_q_heads", "ModelSpec.n_kv_heads")
         if self.stride > self.window:
             raise ValueError(f"ModelSpec.stride={self.stride} must be <= window={self.window} "

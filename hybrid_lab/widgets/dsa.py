@@ -24,8 +24,9 @@ def _plt():
 def plot_entropy(entropy: dict, max_entropy):
     """Mean attention entropy per head, one group of bars per source. entropy: {label: (H,) nats}.
 
-    max_entropy: the uniform-attention maximum ln(#visible keys), one float for all sources or {label: float};
-    it is drawn as a dashed segment over each group. Bars, in order: every source's heads, left to right.
+    max_entropy: the uniform-attention maximum ln(#visible keys) (>= 0, and no entropy may exceed it), one float
+    for all sources or {label: float}; it is drawn as a dashed segment over each group. Bars, in order: every
+    source's heads, left to right.
     """
     if not isinstance(entropy, dict) or not entropy:
         raise ValueError("entropy must be a non-empty dict {label: (H,) entropies}")
@@ -39,8 +40,11 @@ def plot_entropy(entropy: dict, max_entropy):
         if isinstance(max_entropy, dict) and label not in max_entropy:
             raise ValueError(f"max_entropy has no entry for {label!r}")
         mx = max_entropy[label] if isinstance(max_entropy, dict) else max_entropy
-        maxes[label] = checks.nonneg_number(f"max_entropy[{label!r}]" if isinstance(max_entropy, dict)
-                                            else "max_entropy", mx)
+        name = f"max_entropy[{label!r}]" if isinstance(max_entropy, dict) else "max_entropy"
+        maxes[label] = checks.nonneg_number(name, mx)
+        if (ents[label] > maxes[label] * (1 + 1e-9) + 1e-12).any():      # no distribution beats the uniform one
+            raise ValueError(f"entropy[{label!r}] must be <= {name} = {maxes[label]:.6g} (the uniform maximum), "
+                             f"got {ents[label].max():.6g}")
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.0, 3.2))
     x0 = 0
@@ -114,12 +118,13 @@ def plot_losses(histories: dict, title: str = "indexer training (KL per query)")
 def topk_explorer_data(concentration: float, k: int, indexer=None, n_train: int = 64, seed: int = 0) -> dict:
     """Quality of top-k attention on the concentrated synthetic at ``concentration`` (held-out queries).
 
-    Uses :func:`concentrated_attention` (2,048 keys, 128 queries, ``seed``); the last 128 - n_train queries are
-    held out. Returns {"mass": mean top-k mass of the head-averaged probability, "oracle_error": mean relative output error of the ideal top-k,
+    Uses :func:`concentrated_attention` (2,048 keys, 128 queries, ``seed``); the first n_train (1 .. 127) queries
+    are the indexer's training queries, the last 128 - n_train are held out and measured. Returns {"mass": mean
+    top-k mass of the head-averaged probability, "oracle_error": mean relative output error of the ideal top-k,
     "indexer_recall"/"indexer_error": the same for ``indexer``'s top-k selection (NaN without an indexer)}.
     """
     checks.pos_int("k", k)
-    checks.int_in("n_train", n_train, 0, 128)              # at least one held-out query
+    checks.int_in("n_train", n_train, 1, 128)              # >= 1 query the indexer saw, >= 1 held out
     d = concentrated_attention(concentration=concentration, seed=seed)
     te = slice(n_train, None)
     q, pos = d.q[:, te], d.q_pos[te]

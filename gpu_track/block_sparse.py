@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import (INT_DTYPES, acc_dtype, alloc, check_gqa_operands, check_int, check_range,
-                              check_scale, check_tensor, check_tile, dot_precision, fold_scale, pow2, query_positions)
+from gpu_track.common import (INT_DTYPES, acc_dtype, alloc, check_gqa_operands, check_int, check_range, check_scale,
+                              check_tensor, check_tile, dot_precision, fold_scale, pow2, query_positions)
 from gpu_track.softmax import online_softmax_step
 
 

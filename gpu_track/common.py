@@ -134,6 +134,13 @@ def check_gqa_operands(q, k, v, q_doc: str = "(B, T, Hq, d)"):
     return B, S, Hq, Hkv, d, v.shape[3]
 
 
+def check_sink(sink, Hq: int, like: torch.Tensor) -> None:
+    """An optional per-query-head sink logit: None, or a finite (Hq,) float tensor beside ``like``."""
+    if sink is not None:
+        check_tensor("sink", sink, (Hq,), FLOAT_DTYPES, like=like, doc=f"(Hq={Hq},)")
+        check_finite("sink", sink)
+
+
 def check_range(name: str, t: torch.Tensor, lo: int, hi: int | None) -> None:
     """Every entry of the integer tensor ``t`` lies in [lo, hi) (hi None: no upper bound)."""
     if t.numel() == 0 or _capturing():

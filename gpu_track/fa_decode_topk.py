@@ -14,9 +14,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from gpu_track.common import (FLOAT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_finite,
-                              check_gqa_operands, check_int, check_scale, check_tensor, check_tile, dot_precision,
-                              fold_scale, pow2, split_chunk, topk_stable)
+from gpu_track.common import (TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands, check_int,
+                              check_scale, check_sink, check_tile, dot_precision, fold_scale, pow2, split_chunk,
+                              topk_stable)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -87,9 +87,7 @@ def check_fa_decode_args(q, k, v, window, scale, sink, block_s, nsplit):
     B, S, Hq, Hkv, d, _ = check_gqa_operands(q, k, v, q_doc="(B, Hq, d)")
     check_int("window", window)
     check_scale(scale)
-    if sink is not None:
-        check_tensor("sink", sink, (Hq,), FLOAT_DTYPES, like=q, doc=f"(Hq={Hq},)")
-        check_finite("sink", sink)
+    check_sink(sink, Hq, q)
     check_tile("block_s", block_s)
     if nsplit is not None:
         check_int("nsplit", nsplit)

@@ -63,6 +63,14 @@ def _scan_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_las
 
 
 @triton.jit
+def _recurrence_step(h, a_log, x, dt, B_tile, C_tile):
+    """One step of the Mamba-1 recurrence for a (BLOCK_D, BLOCK_N) tile of the state, shared by the sequential
+    prefill and the decode step: h = exp(dt·A) h + (dt·x) B, y = h · C. Returns (h, y)."""
+    h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * B_tile[None, :]
+    return h, tl.sum(h * C_tile[None, :], 1)
+
+
+@triton.jit
 def _scan_seq_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
                      HAS_D: tl.constexpr, HAS_H0: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
@@ -87,8 +95,7 @@ def _scan_seq_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h
         dt = tl.load(dt_ptr + row * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
         B_tile = tl.load(B_ptr + row * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
         C_tile = tl.load(C_ptr + row * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
-        h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * B_tile[None, :]
-        y = tl.sum(h * C_tile[None, :], 1)
+        h, y = _recurrence_step(h, a_log, x, dt, B_tile, C_tile)
         if HAS_D:
             y += d_skip * x
         tl.store(y_ptr + row * DM + offs_d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
@@ -110,8 +117,7 @@ def _step_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_ptr, y_ptr, h_new_
     dt = tl.load(dt_ptr + b * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
     B_tile = tl.load(B_ptr + b * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
     C_tile = tl.load(C_ptr + b * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
-    h = tl.exp(dt[:, None] * a_log) * h + (dt * x)[:, None] * B_tile[None, :]
-    y = tl.sum(h * C_tile[None, :], 1)
+    h, y = _recurrence_step(h, a_log, x, dt, B_tile, C_tile)
     if HAS_D:
         y += tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE) * x
     tl.store(y_ptr + b * DM + offs_d, y.to(y_ptr.dtype.element_ty), mask=mask_d)

@@ -12,8 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import (FLOAT_DTYPES, INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_finite, check_gqa_operands, check_int, check_range, check_scale, check_tensor,
-                              check_tile, dot_precision, fold_scale, pow2, split_chunk)
+from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands,
+                              check_int, check_range, check_scale, check_sink, check_tensor, check_tile,
+                              dot_precision, fold_scale, pow2, split_chunk)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -77,9 +78,7 @@ def check_sparse_attention_args(q, k, v, idx, scale, sink, block_k, nsplit):
     check_tensor("idx", idx, (B, T, Hkv, None), INT_DTYPES, like=q, doc=f"(B={B}, T={T}, Hkv={Hkv}, K) integers")
     check_range("idx", idx, -1, S)                      # -1 pads; anything else would be read out of bounds
     check_scale(scale)
-    if sink is not None:
-        check_tensor("sink", sink, (Hq,), FLOAT_DTYPES, like=q, doc=f"(Hq={Hq},)")
-        check_finite("sink", sink)
+    check_sink(sink, Hq, q)
     check_tile("block_k", block_k)
     if nsplit is not None:
         check_int("nsplit", nsplit)

@@ -6,35 +6,116 @@
     hybrid-lab check                     # labs/ in sync with solutions/?
     hybrid-lab execute solutions/01_x.ipynb
     hybrid-lab bench [NAME ...]          # run benchmarks/bench_*.py (JSON under benchmarks/results/)
+
+Every failure prints one line, ``hybrid-lab: what is wrong; the command that fixes it``, and exits non-zero (2 for a
+usage or set-up mistake, 1 when grading finds a failing exercise); never a traceback (``HYBRID_LAB_DEBUG=1`` shows
+it for an unexpected error).
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from hybrid_lab.course import pipeline as course
 
+COMMANDS = ("open", "grade", "build", "check", "execute", "bench")
+# JupyterLab's plugin that asks "Would you like to get notified about official Jupyter news?" on first start and
+# checks for updates; it needs the internet, and its pop-up covers the notebook. (`--LabApp.news_url=None` alone
+# does not stop the question: JupyterLab 4 asks as long as the `fetchNews` setting is "none".)
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+
+
+class UsageError(Exception):
+    """A mistake on the command line (argparse's error, as one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _usage_line(message: str, argv) -> str:
+    """argparse's complaint, rewritten as one line that says what to type."""
+    cmd = next((a for a in argv if a in COMMANDS), None)
+    if "invalid choice" in message:
+        bad = next((a for a in argv if not a.startswith("-")), "?")
+        return (f"unknown command {bad!r}; the commands are {', '.join(COMMANDS)} "
+                f"(e.g. {course.example_lab()}; hybrid-lab --help)")
+    if "required: cmd" in message:
+        return (f"say what to do: hybrid-lab open (start the lab) or {course.example_lab()}; "
+                f"hybrid-lab --help lists every command")
+    if cmd == "grade" and "required" in message:
+        return f"which notebook? {course.example_lab()}"
+    if cmd == "execute" and "required" in message:
+        return "which notebook? hybrid-lab execute solutions/01_selective_ssm.ipynb"
+    return f"{message}; see hybrid-lab {cmd + ' ' if cmd else ''}--help"
+
+
+def lab_config_dir(folder: Path) -> Path:
+    """Write the Jupyter configuration `hybrid-lab open` adds (it goes first on JUPYTER_CONFIG_PATH); returns it.
+
+    * labconfig/page_config.json disables :data:`NEWS_PLUGIN` (no news pop-up, no update check);
+    * jupyter_server_config.json: the terminal starts the user's shell as a non-login shell, so that it keeps the
+      PATH `hybrid-lab open` gives it (a login shell re-reads /etc/profile, which resets PATH on Debian/Ubuntu);
+      no news feed or update check from the server either.
+    """
+    folder = Path(folder)
+    (folder / "labconfig").mkdir(parents=True, exist_ok=True)
+    (folder / "labconfig" / "page_config.json").write_text(json.dumps({"disabledExtensions": {NEWS_PLUGIN: True}}))
+    shell = os.environ.get("SHELL") or shutil.which("bash") or shutil.which("sh") or "sh"
+    (folder / "jupyter_server_config.json").write_text(json.dumps({
+        "ServerApp": {"terminado_settings": {"shell_command": [shell]}},
+        "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
+    }))
+    return folder
+
+
+def open_env(config_dir: Path) -> dict:
+    """The environment of the `jupyter lab` process (kernels and terminals inherit it): this Python's bin folder first
+    on PATH (the terminal finds `hybrid-lab`, `python`, `pip` of the lab's venv), the lab's config dir first on
+    JUPYTER_CONFIG_PATH."""
+    env = dict(os.environ)
+
+    def first(folder, var):
+        return os.pathsep.join([str(folder)] + [p for p in env.get(var, "").split(os.pathsep) if p])
+
+    env["PATH"] = first(Path(sys.executable).parent, "PATH")
+    env["JUPYTER_CONFIG_PATH"] = first(config_dir, "JUPYTER_CONFIG_PATH")
+    return env
+
 
 def _open(args) -> int:
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise course.CourseError(f"JupyterLab is not installed in this Python; install the lab: "
+                                 f"{course.install_hint()}")
     root = course.repo_root()
     folder = root / ("solutions" if args.solutions else "labs")
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={folder}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # JupyterLab refuses root without it (containers, CI machines)
     cmd += args.extra
-    print(" ".join(cmd))
-    return subprocess.call(cmd)
+    with tempfile.TemporaryDirectory(prefix="hybrid_lab_jupyter_") as tmp:  # lives as long as JupyterLab
+        env = open_env(lab_config_dir(Path(tmp)))
+        print(" ".join(cmd), flush=True)
+        return subprocess.call(cmd, env=env)
 
 
 def _bench(args) -> int:
     root = course.repo_root()
     scripts = sorted((root / "benchmarks").glob("bench_*.py"))
+    names = [s.stem.removeprefix("bench_") for s in scripts]
     if args.names:
         scripts = [s for s in scripts if any(n in s.stem for n in args.names)]
     if not scripts:
-        print("no benchmark matched", file=sys.stderr)
+        print(f"hybrid-lab: no benchmark matched {' '.join(args.names)}; the benchmarks are: {', '.join(names)} "
+              f"(e.g. hybrid-lab bench {names[0] if names else 'ssm'})", file=sys.stderr)
         return 2
     rc = 0
     for s in scripts:
@@ -43,14 +124,14 @@ def _bench(args) -> int:
     return rc
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="hybrid-lab", description="hybrid-lab: open, grade and maintain the lab")
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="hybrid-lab", description="hybrid-lab: open, grade and maintain the lab")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("open", help="start JupyterLab on labs/ (or --solutions); other arguments go to jupyter lab")
     p.add_argument("--solutions", action="store_true", help="open solutions/ instead of labs/")
     p = sub.add_parser("grade", help="grade a lab notebook against solutions/")
     p.add_argument("path")
-    p.add_argument("-x", "--fail-fast", action="store_true")
+    p.add_argument("-x", "--fail-fast", action="store_true", help="stop at the first failing exercise")
     p = sub.add_parser("build", help="regenerate labs/ from solutions/")
     p.add_argument("paths", nargs="*")
     sub.add_parser("check", help="exit 1 if labs/ is out of sync with solutions/")
@@ -58,11 +139,10 @@ def main(argv=None) -> int:
     p.add_argument("paths", nargs="+")
     p = sub.add_parser("bench", help="run benchmarks/bench_*.py")
     p.add_argument("names", nargs="*")
-    a, unknown = ap.parse_known_args(argv)
-    if a.cmd == "open":
-        a.extra = unknown  # what hybrid-lab does not know goes on to jupyter lab (--port 8890 --no-browser)
-    elif unknown:
-        ap.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return ap
+
+
+def _dispatch(a) -> int:
     if a.cmd == "open":
         return _open(a)
     if a.cmd == "bench":
@@ -74,6 +154,33 @@ def main(argv=None) -> int:
     if a.cmd == "execute":
         return course.main(["execute"] + a.paths)
     return course.main(["check"])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        a, unknown = _parser().parse_known_args(argv)
+        if a.cmd == "open":
+            a.extra = unknown  # what hybrid-lab does not know goes on to jupyter lab (--port 8890 --no-browser)
+        elif unknown:
+            raise UsageError(f"`{a.cmd}` does not take {' '.join(unknown)}")
+        return _dispatch(a)
+    except UsageError as exc:
+        print(f"hybrid-lab: {_usage_line(str(exc), argv)}", file=sys.stderr)
+        return 2
+    except course.CourseError as exc:
+        print(f"hybrid-lab: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hybrid-lab: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug of ours: still one line, the traceback only on request
+        if os.environ.get("HYBRID_LAB_DEBUG"):
+            raise
+        what = (str(exc).strip().splitlines() or [""])[0][:200]
+        print(f"hybrid-lab: unexpected error {type(exc).__name__}: {what}; rerun with HYBRID_LAB_DEBUG=1 for the "
+              f"traceback and report it", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

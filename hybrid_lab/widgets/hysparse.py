@@ -2,6 +2,10 @@
 function that returns data or a matplotlib Figure, so it is testable without a browser."""
 from __future__ import annotations
 
+import base64
+import io
+import traceback
+
 import numpy as np
 
 from hybrid_lab.core import checks
@@ -20,6 +24,47 @@ def _plt():
     import matplotlib.pyplot as plt  # the backend is the caller's choice (inline in Jupyter, Agg headless)
 
     return plt
+
+
+def _figure_output(fig) -> dict:
+    """A Figure as a Jupyter display_data output (PNG, as the inline backend draws it) for an Output's ``outputs``."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode(buf.getvalue()).decode("ascii"), "text/plain": repr(fig)}}
+
+
+def _explorer(draw, controls: dict):
+    """An explorer: ``controls`` (argument name -> ipywidgets control) above ONE Output widget showing what
+    ``draw(**values)`` returns, ``(printed text or "", Figure)``; redrawn when a control moves. Returns a VBox
+    ``[VBox(controls), Output]``.
+
+    Each redraw replaces the Output's content as a whole (its ``outputs`` state, one message to the browser) and
+    closes the figure. It does not print into the Output under ``with out:`` inside ``ipywidgets.interactive``: that
+    captures by message id into two nested output areas (interactive's own, above, and ours), and where a message
+    lands then depends on the order in which the browser registers and drops the two capture hooks (reported in
+    notebook 06: the ledger's chart drawn above its table, plus a stale duplicate)."""
+    import ipywidgets as W
+
+    out = W.Output()
+
+    def redraw(_change=None):
+        plt = _plt()
+        try:
+            text, fig = draw(**{name: c.value for name, c in controls.items()})
+            try:
+                shown = ([{"output_type": "stream", "name": "stdout", "text": text}] if text else []) + \
+                        [_figure_output(fig)]
+            finally:
+                plt.close(fig)
+        except Exception:  # shown in the widget, as interactive() did (a slider must not fail silently)
+            shown = [{"output_type": "stream", "name": "stderr", "text": traceback.format_exc()}]
+        out.outputs = tuple(shown)
+
+    for c in controls.values():
+        c.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.VBox(list(controls.values())), out])
 
 
 def _cfg(cfg) -> HySparse2Config:
@@ -73,22 +118,11 @@ def plot_compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cros
 def architecture_explorer(cfg: HySparse2Config | None = None):
     """Widget: prompt length slider + early-exit toggle over :func:`plot_compute_map`. Returns an ipywidgets object."""
     import ipywidgets as W
-    from IPython.display import display
 
     cfg = HySparse2Config() if cfg is None else _cfg(cfg)
-    out = W.Output()
-
-    def show(L, early_exit):
-        plt = _plt()
-        with out:
-            out.clear_output(wait=True)
-            fig = plot_compute_map(cfg, L, early_exit)
-            display(fig)
-            plt.close(fig)
-
-    ui = W.interactive(show, L=W.IntSlider(value=32, min=4, max=128, step=4, description="prompt L"),
-                       early_exit=W.Checkbox(value=True, description="early exit"))
-    return W.VBox([ui, out])
+    return _explorer(lambda L, early_exit: ("", plot_compute_map(cfg, L, early_exit)),
+                     {"L": W.IntSlider(value=32, min=4, max=128, step=4, description="prompt L"),
+                      "early_exit": W.Checkbox(value=True, description="early exit")})
 
 
 def plot_architecture(cfg: HySparse2Config):
@@ -162,23 +196,14 @@ def plot_ledger(lengths=None, mark: int | None = None):
 def ledger_slider():
     """Widget: log2(L) slider -> the ledger table and plots at that length. Returns an ipywidgets object."""
     import ipywidgets as W
-    from IPython.display import display
 
-    out = W.Output()
-
-    def show(log2_L):
-        plt = _plt()
+    def draw(log2_L):
         L = 2 ** log2_L
-        with out:
-            out.clear_output(wait=True)
-            for r in ledger_rows(L):
-                print(f"{r['design']:<11} L={L:>8}: KV {r['kv_gb']:8.3f} GB  prefill {r['prefill_pflops']:10.3f} "
-                      f"PFLOPs  decode reads {r['decode_entries']:>9} entries/token")
-            fig = plot_ledger(mark=L)
-            display(fig)
-            plt.close(fig)
+        table = "".join(f"{r['design']:<11} L={L:>8}: KV {r['kv_gb']:8.3f} GB  prefill {r['prefill_pflops']:10.3f} "
+                        f"PFLOPs  decode reads {r['decode_entries']:>9} entries/token\n" for r in ledger_rows(L))
+        return table, plot_ledger(mark=L)
 
-    return W.VBox([W.interactive(show, log2_L=W.IntSlider(value=20, min=10, max=20, description="log2 L")), out])
+    return _explorer(draw, {"log2_L": W.IntSlider(value=20, min=10, max=20, description="log2 L")})
 
 
 def plot_bounds(res: dict):
@@ -292,20 +317,10 @@ def overlap_curves(drifts=(0.1, 0.3, 0.6), L: int = 512, n_layers: int = 10, k: 
 def overlap_explorer():
     """Widget: drift and k sliders over :func:`overlap_curves` / :func:`plot_overlap`. Returns an ipywidgets object."""
     import ipywidgets as W
-    from IPython.display import display
 
-    out = W.Output()
+    def draw(drift, k):
+        curves = overlap_curves((drift,), k=k)
+        return f"overlap by distance: {np.round(curves[drift], 2)}\n", plot_overlap(curves)
 
-    def show(drift, k):
-        plt = _plt()
-        with out:
-            out.clear_output(wait=True)
-            curves = overlap_curves((drift,), k=k)
-            print("overlap by distance:", np.round(curves[drift], 2))
-            fig = plot_overlap(curves)
-            display(fig)
-            plt.close(fig)
-
-    ui = W.interactive(show, drift=W.FloatSlider(value=0.3, min=0.0, max=1.5, step=0.05, description="drift"),
-                       k=W.IntSlider(value=32, min=4, max=128, step=4, description="k"))
-    return W.VBox([ui, out])
+    return _explorer(draw, {"drift": W.FloatSlider(value=0.3, min=0.0, max=1.5, step=0.05, description="drift"),
+                            "k": W.IntSlider(value=32, min=4, max=128, step=4, description="k")})

@@ -141,6 +141,14 @@ class PrefixCache:
         if not isinstance(req, Request):
             raise ValueError(f"req must be a Request, got {type(req).__name__}")
 
+    def _record(self, req, n_in, hit, branch, added):
+        """Count one served request (and log it when ``keep_log``)."""
+        self.stats["requests"] += 1
+        self.stats["input_tokens"] += n_in
+        self.stats["hit_tokens"] += hit
+        if self.keep_log:
+            self.log.append(ServeRecord(req.session, req.turn, n_in, hit, branch, added))
+
     def _copy(self):
         """A copy with its own nodes and counters (both policies' ``clone``)."""
         c = object.__new__(type(self))
@@ -224,11 +232,7 @@ class RadixCache(PrefixCache):
 
         # 2. admit, input + output sharing: insert the whole sequence; states at the branch and the last token
         added = self._insert(tokens, branch, now, final, snaps)
-        self.stats["requests"] += 1
-        self.stats["input_tokens"] += n_in
-        self.stats["hit_tokens"] += hit
-        if self.keep_log:
-            self.log.append(ServeRecord(req.session, req.turn, n_in, hit, branch, added))
+        self._record(req, n_in, hit, branch, added)
 
         # 3. evict until the cache fits (Marconi §4.2)
         self._evict_until(self.capacity)
@@ -602,11 +606,7 @@ class BlockCache(PrefixCache):
         elif self.model.real and hit > 0 and self.model.verify:
             self.model.check_hit(self._restore(path[:hb], hit), tokens, hit, self.policy)
         added = self._admit(tokens, path, h, nb, now, final, snaps)
-        self.stats["requests"] += 1
-        self.stats["input_tokens"] += n_in
-        self.stats["hit_tokens"] += hit
-        if self.keep_log:
-            self.log.append(ServeRecord(req.session, req.turn, n_in, hit, None, added))
+        self._record(req, n_in, hit, None, added)
         self._evict_until(self.capacity)
         return hit
 

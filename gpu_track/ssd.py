@@ -127,14 +127,16 @@ def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_chunks_ptr, y_p
     x = tl.load(x_ptr + xm, mask=mask_t[:, None] & mask_p[None, :], other=0.0)
     B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0)
     C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0)
-    srow = ((bh * n_chunks + j) * P + offs_p).to(tl.int64)[:, None] * N + offs_n[None, :]
-    h = tl.load(h_chunks_ptr + srow, mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(ACC_DTYPE)
+    # the chunk's start state, loaded already transposed (N, BLOCK_P) and kept in its stored dtype: an fp32 dot here
+    # (tl.trans of the state upcast to fp32) made Triton 3.6 read past its shared-memory buffer with bf16 states
+    # (compute-sanitizer: "Invalid __shared__ read" at large Bt·H, wrong outputs elsewhere; issue 17)
+    srow_t = ((bh * n_chunks + j) * P + offs_p).to(tl.int64)[None, :] * N + offs_n[:, None]
+    h_t = tl.load(h_chunks_ptr + srow_t, mask=mask_n[:, None] & mask_p[None, :], other=0.0)
     u = x.to(ACC_DTYPE) * dt[:, None]
     cb = tl.dot(C_tile, tl.trans(B_tile), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
     decay = tl.where(ar[:, None] >= ar[None, :], tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)
     y = tl.dot((cb * decay).to(x.dtype), u.to(x.dtype), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
-    y += tl.exp(c)[:, None] * tl.dot(C_tile.to(ACC_DTYPE), tl.trans(h), input_precision=DOT_PRECISION,
-                                     out_dtype=ACC_DTYPE)
+    y += tl.exp(c)[:, None] * tl.dot(C_tile.to(h_t.dtype), h_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
     if HAS_D:
         y += tl.load(D_ptr + head).to(ACC_DTYPE) * x.to(ACC_DTYPE)
     tl.store(y_ptr + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_p[None, :])

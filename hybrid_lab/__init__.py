@@ -9,6 +9,7 @@ The package is layered; each layer imports only the ones below it (tests/test_la
     models/    models built from the ops: mini hybrid, tiny LLM, HySparse, HySparse2, indexer, InfLLM-V2, Forecast
     serving/   traces, the radix prefix cache and Marconi, the P/D hand-off, the SparDA offload simulator
     widgets/   plots and explorers for the notebooks
+    exercises/ the graded exercises: the reference and cases of each, and ``check``
     course/    the notebook pipeline and the ``hybrid-lab`` command (apart from the rest)
 
 README's "Layout" maps each module to its notebook and paper section. Import what you need::

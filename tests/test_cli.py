@@ -17,7 +17,7 @@ import pytest
 from hybrid_lab.course import cli, pipeline as course
 
 ROOT = course.repo_root()
-SUBCOMMANDS = ("open", "grade", "build", "check", "execute", "bench")
+SUBCOMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export")
 
 
 @pytest.fixture
@@ -103,18 +103,41 @@ def test_open_returns_jupyters_exit_code(monkeypatch):
     assert cli.main(["open"]) == 3
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["grade", "labs/01_x.ipynb"], ["grade", "labs/01_x.ipynb"]),
-    (["grade", "-x", "labs/01_x.ipynb"], ["grade", "labs/01_x.ipynb", "-x"]),
-    (["build"], ["build"]),
-    (["build", "solutions/01_x.ipynb"], ["build", "solutions/01_x.ipynb"]),
-    (["check"], ["check"]),
-    (["execute", "a.ipynb", "b.ipynb"], ["execute", "a.ipynb", "b.ipynb"]),
-])
-def test_course_subcommands_delegate(monkeypatch, argv, expected):
+def _calls(monkeypatch):
+    """Replace what the commands call by recorders: [(function name, args, kwargs)]; each returns 7 / [] / rows."""
     seen = []
-    monkeypatch.setattr(cli.course, "main", lambda a: seen.append(a) or 7)
-    assert cli.main(argv) == 7  # the exit code is the course tool's (grade: 1 when an exercise fails)
+
+    def rec(name, ret=None):
+        return lambda *a, **kw: seen.append((name, a, kw)) or ret
+
+    monkeypatch.setattr(cli.course, "grade", rec("grade", []))
+    monkeypatch.setattr(cli.course, "build", rec("build", []))
+    monkeypatch.setattr(cli.course, "execute", rec("execute"))
+    monkeypatch.setattr(cli.course, "out_of_sync", rec("out_of_sync", []))
+    monkeypatch.setattr(cli.classgrade, "grade_class", rec("grade_class", []))
+    monkeypatch.setattr(cli.release, "build_assignments", rec("build_assignments", []))
+    monkeypatch.setattr(cli.release, "export_nbgrader", rec("export_nbgrader", []))
+    return seen
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["grade", "labs/01_x.ipynb"], ("grade", ("labs/01_x.ipynb",), {"fail_fast": False, "quiet": False,
+                                                                    "timeout": 300, "lab": None})),
+    (["grade", "-x", "a.ipynb", "--lab", "01", "--timeout", "9"],
+     ("grade", ("a.ipynb",), {"fail_fast": True, "quiet": False, "timeout": 9, "lab": "01"})),
+    (["grade", "subs/", "--lab", "01", "--csv", "g.csv", "-j", "2"],
+     ("grade_class", (["subs/"], "01"), {"csv_path": "g.csv", "feedback": None, "jobs": 2, "cell_timeout": 120,
+                                         "time_limit": 900, "memory_mb": 8192})),
+    (["build"], ("build", (None,), {"force": False})),
+    (["build", "solutions/01_x.ipynb", "--force"], ("build", (["solutions/01_x.ipynb"],), {"force": True})),
+    (["build", "--mode", "assignment", "--out", "d"], ("build_assignments", ("d", None), {})),
+    (["export", "nbgrader", "c"], ("export_nbgrader", ("c", None), {})),
+    (["check"], ("out_of_sync", (), {})),
+    (["execute", "a.ipynb"], ("execute", ("a.ipynb",), {})),
+])
+def test_commands_call_the_course_functions(monkeypatch, argv, expected):
+    seen = _calls(monkeypatch)
+    cli.main(argv)
     assert seen == [expected]
 
 
@@ -138,7 +161,7 @@ def _not_a_lab(tmp_path):
 
 
 def _lab_without_header(tmp_path):
-    text = (ROOT / "labs" / "01_selective_ssm.ipynb").read_text().replace("# Exercise 01.2 (3 points)", "# mine")
+    text = (ROOT / "labs" / "01_selective_ssm.ipynb").read_text().replace("# Exercise 01.2 (2 points, medium, ~15 min)", "# mine")
     (tmp_path / "01_selective_ssm.ipynb").write_text(text)
     return str(tmp_path / "01_selective_ssm.ipynb")
 
@@ -155,12 +178,12 @@ FAILURES = {
     "grade without a notebook": (["grade"], (), "which notebook? hybrid-lab grade labs/01_selective_ssm.ipynb"),
     "unknown option": (["grade", "labs/01_selective_ssm.ipynb", "--bad"], (), "`grade` does not take --bad"),
     "missing file": (["grade", "labs/01_selective_sm.ipynb"], (), "no such file"),
-    "a folder": (["grade", "labs"], (), "is a folder, not a notebook"),
+    "a folder": (["grade", "labs"], (), "which lab are these submissions of? name it"),
     "not a notebook": (["grade", "README.md"], (), "is not a notebook (.ipynb)"),
     "not a lab's name": (["grade", "docs/notes.ipynb"], (), "no such file"),
     "broken notebook": (_broken_json, (), "is not a readable notebook"),
     "a notebook that is not a lab": (_not_a_lab, (), "is not a lab notebook"),
-    "an exercise's first line changed": (_lab_without_header, (), "no cell starts with '# Exercise 01.2 (3 points)"),
+    "an exercise's first line changed": (_lab_without_header, (), "no cell starts with '# Exercise 01.2 (2 points, medium, ~15 min)"),
     "grading deps missing": (["grade", "labs/01_selective_ssm.ipynb"], ("nbclient",), 'pip install -e ".[lab]"'),
     "jupyterlab missing": (["open"], ("jupyterlab",), 'JupyterLab is not installed in this Python'),
     "execute without a notebook": (["execute"], (), "which notebook?"),

@@ -50,7 +50,9 @@ def _rows(path, **kw):
 # ------------------------------------------------------------------------------------------------ building labs
 def test_exercise_parsing_and_stub():
     ex = course.exercises(_nb("x = 1", SRC))
-    assert [(e.id, e.points, e.title, e.cell) for e in ex] == [("9.1", 2, "double", 1)]
+    assert [(e.id, e.points, e.title, e.cell, e.level, e.minutes) for e in ex] == [("9.1", 2, "double", 1, None, None)]
+    full = course.exercises(_nb(SRC.replace("(2 points)", "(3 points, hard, ~35 min)")))[0]
+    assert (full.points, full.level, full.minutes, full.title) == (3, "hard", 35, "double")
     stub = course.stub_source(SRC, ex[0])
     assert "return 2 * a" not in stub and "BEGIN SOLUTION" not in stub
     assert '    raise NotImplementedError("Exercise 9.1: double")' in stub
@@ -81,34 +83,7 @@ def test_solution_notebook_conventions(sol):
     assert "### BEGIN SOLUTION" not in json.dumps([c.source for c in lab.cells])
 
 
-# ------------------------------------------------------------------------------------------------ the comparison
-def test_line_diff_shows_each_differing_line_in_full():
-    exp = "your y[-1] = [ 1.4415 -1.2813]\nmatches the library's recurrent scan: True True\nshape (8,)\n"
-    got = "your y[-1] = [ 1.4382 -1.2813]\nmatches the library's recurrent scan: False True\nshape (8,)\n"
-    assert course.line_diff(exp, got) == [
-        "expected: your y[-1] = [ 1.4415 -1.2813]", "got:      your y[-1] = [ 1.4382 -1.2813]",
-        "expected: matches the library's recurrent scan: True True",
-        "got:      matches the library's recurrent scan: False True"]
-    assert course.line_diff("a\nb\n", "a\n") == ["expected: b", "got:      (no line)"]
-    assert course.line_diff("a\n", "a\nb\n") == ["expected: (no line)", "got:      b"]
-    assert course.line_diff("same\n", "same\n") == []
-
-
-def test_output_diff_ignores_stderr_images_and_sanitizes():
-    clean = course._sanitizer()
-    out = nbformat.v4.new_output
-    ref = [out("stream", name="stdout", text="x = 1\n"),
-           out("display_data", data={"text/plain": "<Figure>", "image/png": "AAAA"})]
-    new = [out("stream", name="stdout", text="x = "), out("stream", name="stdout", text="1\n"),
-           out("stream", name="stderr", text="RuntimeWarning: overflow encountered in exp\n"),
-           out("display_data", data={"text/plain": "<Figure>", "image/png": "BBBB"})]
-    assert course.output_diff(ref, new, clean) == []
-    assert course.output_diff([out("stream", name="stdout", text="took 12 ms\n")],
-                              [out("stream", name="stdout", text="took 3 ms\n")], clean) == []  # sanitize file
-    assert course.output_diff(ref, new[:3], clean) == ["expected (text/plain): <Figure>",
-                                                       "got (text/plain):      (no line)"]
-
-
+# ------------------------------------------------------------------------------------------------ the kernel side
 def test_nbval_options_as_nbval_reads_them():
     cell = nbformat.v4.new_code_cell
     assert course.nbval_options(cell("x = 1")) == {"check": True, "skip": False, "raises": False}
@@ -155,15 +130,11 @@ def test_untouched_lab_fails_with_not_done_rows(sol):
     assert "NotImplementedError" in rows[0].message
 
 
-@pytest.mark.parametrize("sol", SOLUTIONS, ids=IDS)
-def test_grader_passes_with_solution_code_put_back(sol, tmp_path):
-    sol_nb = nbformat.read(str(sol), as_version=4)
-    filled = course.fill_with_solutions(nbformat.read(str(course.lab_path_for(sol)), as_version=4), sol_nb)
+def test_merge_puts_the_students_cells_into_the_solution():
+    sol_nb = nbformat.read(str(SSM), as_version=4)
+    filled = course.fill_with_solutions(nbformat.read(str(course.lab_path_for(SSM)), as_version=4), sol_nb)
     assert [c.source for c in course.merge_student(filled, sol_nb).cells] == [c.source for c in sol_nb.cells]
-    path = tmp_path / sol.name
-    nbformat.write(filled, str(path))
-    rows = course.grade(path, quiet=True)
-    assert rows and all(r.passed for r in rows), course.format_table(rows)
+    # (every lab solved passes the grader, every kept wrong answer fails it: tests/test_exercises.py)
 
 
 def test_correct_answer_with_prints_passes(tmp_path):
@@ -179,30 +150,41 @@ def test_correct_answer_with_prints_passes(tmp_path):
 
 
 def test_correct_answer_with_a_runtime_warning_passes(tmp_path):
-    """exp over the whole matrix, masked afterwards: right numbers, an overflow warning on the upper triangle."""
-    path = _solved(SSM, tmp_path, ("np.exp(np.minimum(diff, 0.0))", "np.exp(diff)"))
+    """A numpy warning raised by a correct answer (an overflow in a scratch value) is shown, not graded. (Exercise
+    01.2 is the exception by design: avoiding the overflow is its lesson, so its check turns it into a failure.)"""
+    path = _solved(SSM, tmp_path, ("    y = h @ C_t + D * x_t\n", "    y = h @ C_t + D * x_t\n    _ = np.exp(1000.0)\n"),
+                   ("np.exp(np.minimum(diff, 0.0))", "np.exp(diff)"))
     rows = _rows(path)
-    assert rows["01.2"].passed, course.format_table(list(rows.values()))
-    assert any("RuntimeWarning: overflow encountered in exp" in n for n in rows["01.2"].notes), rows["01.2"].notes
+    assert rows["01.1"].passed, course.format_table(list(rows.values()))
+    assert any("RuntimeWarning: overflow encountered in exp" in n for n in rows["01.1"].notes), rows["01.1"].notes
+    assert not rows["01.2"].passed and "FloatingPointError: overflow encountered in exp" in " ".join(rows["01.2"].details)
 
 
-def test_wrong_answer_shows_the_checks_own_differing_lines(tmp_path):
-    path = _solved(SSM, tmp_path, ("y = h @ C_t + D * x_t", "y = h @ C_t + 0.99 * D * x_t"))
+def test_wrong_answer_row_says_which_case_which_output_and_where(tmp_path):
+    path = _solved(SSM, tmp_path, ("y = h @ C_t + D * x_t", "y = h @ C_t + 0.999 * D * x_t"))
     rows = _rows(path)
     r = rows["01.1"]
     assert not r.passed and rows["01.2"].passed
-    # where: the exercise and its check cell, and the cell's number as JupyterLab's status bar shows it
+    # where: the check cell under the exercise, numbered as JupyterLab's status bar shows it
     student = nbformat.read(str(path), as_version=4)
     n = next(i for i, c in enumerate(student.cells) if c.source.startswith("# Exercise 01.1")) + 2
-    assert r.message == f"check cell 1 of exercise 01.1 (JupyterLab: Cell {n}/{len(student.cells)}) printed lines " \
-                        f"that differ:"
-    assert student.cells[n - 1].cell_type == "code" and "ssm_step(" in student.cells[n - 1].source
-    # what: the check's own lines, in full; y is wrong, h is right
-    assert "expected: matches the library's recurrent scan: True True" in r.details
-    assert "got:      matches the library's recurrent scan: False True" in r.details
-    assert any(d.startswith("got:      your y[-1] = [") and d.endswith("]") for d in r.details)
+    assert r.message.startswith(f"check cell 1 of exercise 01.1 (JupyterLab: Cell {n}/{len(student.cells)}): "
+                                f"ssm_step is wrong on ")
+    assert 'check("01.1"' in student.cells[n - 1].source
+    # what: the case, the output that is wrong (a 1e-3 relative error in y), the one that is right, how to reproduce
+    assert r.details[0].startswith('case "') and "y wrong at d=" in r.details[0] and r.details[0].endswith("; h right")
+    assert any(d.startswith('reproduce these cases: check("01.1", ssm_step, seed=') for d in r.details)
     table = course.format_table(list(rows.values()))
-    assert "False True" in table and "01.1" in table and "FAIL" in table
+    assert "h right" in table and "01.1" in table and "FAIL" in table
+
+
+def test_a_verdict_recorded_by_the_students_own_cell_does_not_count(tmp_path):
+    path = _solved(SSM, tmp_path, ("    ### BEGIN SOLUTION\n    h = np.exp(dt_t",
+                                   "    raise NotImplementedError('Exercise 01.1: later')\n    h = np.exp(dt_t"),
+                   ("def ssm_step(h, x_t", "from hybrid_lab.core.grading import record\n"
+                                           "record('01.1', 'pass', 'forged')\ndef ssm_step(h, x_t"))
+    r = _rows(path)["01.1"]
+    assert not r.passed and r.not_done, r
 
 
 def test_cell_numbers_follow_the_students_notebook(tmp_path):
@@ -216,14 +198,15 @@ def test_cell_numbers_follow_the_students_notebook(tmp_path):
     assert f"(JupyterLab: Cell {n}/{len(nb.cells)})" in r.message
 
 
-def test_wrong_code_with_saved_wrong_outputs_still_fails(tmp_path):
-    """A student who runs wrong code and saves the notebook (wrong outputs stored) must still fail."""
-    sol = ROOT / "solutions" / "00_three_costs.ipynb"
-    path = _solved(sol, tmp_path, ("return 2 * n_attn", "return 3 * n_attn"))
-    course.execute(path)                                   # the student's own (wrong) outputs are now stored
+def test_wrong_code_with_saved_outputs_still_fails(tmp_path):
+    """A student who runs wrong code and saves the notebook (its outputs stored) must still fail."""
+    path = _solved(SSM, tmp_path, ("y = h @ C_t + D * x_t", "y = h @ C_t - D * x_t"))
+    course.execute(path)                                   # runs to the end: the reference stands in after the FAIL
+    stored = "".join(o.get("text", "") for c in nbformat.read(str(path), as_version=4).cells
+                     if c.cell_type == "code" for o in c.outputs)
+    assert "Exercise 01.1 FAIL" in stored and "stands in" in stored
     rows = _rows(path)
-    assert not rows["00.1"].passed and any(d.startswith("expected: computed:") for d in rows["00.1"].details)
-    assert rows["00.2"].passed
+    assert not rows["01.1"].passed and rows["01.2"].passed
 
 
 def test_exercise_cell_that_raises(tmp_path):
@@ -243,8 +226,8 @@ def test_input_mistakes_are_course_errors_with_the_fix(tmp_path):
                                  "# Exercise 01.1 (2 points): again\n"), sol)
     broken = nbformat.read(str(course.lab_path_for(SSM)), as_version=4)
     for c in broken.cells:
-        c.source = c.source.replace("# Exercise 01.2 (3 points)", "# my exercise")
-    with pytest.raises(course.CourseError, match=r"no cell starts with '# Exercise 01.2 \(3 points\): "):
+        c.source = c.source.replace("# Exercise 01.2 (2 points, medium, ~15 min)", "# my exercise")
+    with pytest.raises(course.CourseError, match=r"no cell starts with '# Exercise 01.2 \(2 points, medium, ~15 min\): "):
         course.merge_student(broken, sol)
     with pytest.raises(course.CourseError, match="is not a lab notebook"):
         course.merge_student(_nb("print(1)"), sol)
@@ -258,17 +241,18 @@ def test_input_mistakes_are_course_errors_with_the_fix(tmp_path):
 
 
 def test_cli_grade_exit_codes(tmp_path):
-    lab = ROOT / "labs" / "00_three_costs.ipynb"
+    lab = course.lab_path_for(SSM)
     p = subprocess.run([sys.executable, "-m", "hybrid_lab.course.cli", "grade", str(lab)], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 1, p.stderr
-    assert "00.1" in p.stdout and "FAIL" in p.stdout and "not done yet" in p.stdout
+    assert "01.1" in p.stdout and "FAIL" in p.stdout and "not done yet" in p.stdout
     assert "Traceback" not in p.stdout + p.stderr
-    solved = _solved(ROOT / "solutions" / "00_three_costs.ipynb", tmp_path)
+    solved = _solved(SSM, tmp_path)
+    total = sum(e.points for e in course.exercises(nbformat.read(str(SSM), as_version=4)))
     p = subprocess.run([sys.executable, "-m", "hybrid_lab.course.cli", "grade", str(solved)], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "score: 4/4 points" in p.stdout and "Traceback" not in p.stdout + p.stderr
+    assert f"score: {total}/{total} points" in p.stdout and "Traceback" not in p.stdout + p.stderr
 
 
 def test_poll_in_slices_bounds_a_missed_wakeup():
@@ -301,3 +285,58 @@ def test_poll_in_slices_bounds_a_missed_wakeup():
     with pytest.raises(Empty):
         asyncio.run(kc.iopub_channel.get_msg(timeout=0.2))
     assert 0.2 <= time.monotonic() - t0 < 1.0
+
+
+# ------------------------------------------------------------------------------------------------ lecturer guardrails
+def _mini_repo(tmp_path, monkeypatch):
+    """A checkout with one tiny solution notebook (executed) and its lab, as repo_root()."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "labs").mkdir()
+    sol = tmp_path / "solutions" / "01_mini.ipynb"
+    nbformat.write(_nb("import sys\nfor i in range(3):\n    print(i, flush=True)\n    sys.stdout.flush()",
+                       "import ipywidgets as W\nW.IntSlider()", SRC, "print(double(2))"), str(sol))
+    monkeypatch.setattr(course, "repo_root", lambda: tmp_path)
+    course.execute(sol)
+    course.build()
+    return sol, tmp_path / "labs" / "01_mini.ipynb"
+
+
+def test_execute_twice_writes_the_same_bytes(tmp_path, monkeypatch):
+    sol, _ = _mini_repo(tmp_path, monkeypatch)
+    first = sol.read_bytes()
+    course.execute(sol)
+    assert sol.read_bytes() == first
+    nb = nbformat.read(str(sol), as_version=4)
+    assert [o.output_type for o in nb.cells[0].outputs] == ["stream"] and nb.cells[0].outputs[0].text == "0\n1\n2\n"
+    view = nb.cells[1].outputs[0].data["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == course.hashlib.sha256(b"01_mini.ipynb:1:0").hexdigest()[:32]
+
+
+def test_check_names_a_stale_solution_and_the_fix(tmp_path, monkeypatch):
+    sol, lab = _mini_repo(tmp_path, monkeypatch)
+    assert course.out_of_sync() == []
+    nb = nbformat.read(str(sol), as_version=4)
+    nb.cells[3].source = "print(double(3))"                          # edited, not executed (then built)
+    nbformat.write(nb, str(sol))
+    course.build()
+    assert course.out_of_sync() == ["solutions/01_mini.ipynb: edited since its outputs were stored; run hybrid-lab "
+                                    "execute solutions/01_mini.ipynb && hybrid-lab build solutions/01_mini.ipynb"]
+    course.execute(sol)
+    assert course.out_of_sync() == ["labs/01_mini.ipynb: older than its solution; run hybrid-lab build "
+                                    "solutions/01_mini.ipynb"]
+    course.build()
+    assert course.out_of_sync() == []
+
+
+def test_build_refuses_to_overwrite_student_work(tmp_path, monkeypatch):
+    sol, lab = _mini_repo(tmp_path, monkeypatch)
+    nb = nbformat.read(str(lab), as_version=4)
+    nb.cells[2].source = nb.cells[2].source.replace("raise NotImplementedError", "return a + a  #")
+    nbformat.write(nb, str(lab))
+    work = lab.read_bytes()
+    with pytest.raises(course.CourseError, match=r"holds edits .* hybrid-lab build --force"):
+        course.build()
+    assert lab.read_bytes() == work
+    assert "edited by hand" in course.out_of_sync()[0]
+    course.build(force=True)
+    assert course.out_of_sync() == []

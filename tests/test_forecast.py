@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from hybrid_lab.core.optim import Adam
 from hybrid_lab.models.forecast import (SyntheticModel, candidate_mask, evaluate_selectors, forecast_logits,
                                         forecast_loss_and_grad, init_params, make_setup, oracle_blocks,
                                         pool_fine_to_coarse, rest_bucket_kl, rest_bucket_partition, teacher_needle_hits,
-                                        teacher_scores, teacher_topk, train_forecast)
+                                        teacher_scores, teacher_topk, train_forecast, train_step)
 
 
 def test_worked_example_partitions_and_kl():
@@ -153,6 +154,8 @@ Q, K = DATA.Q[1][:, [200, 255]], DATA.K[1]
     (lambda: train_forecast(MODEL, SETUP, steps=0), "steps"),
     (lambda: train_forecast(MODEL, SETUP, lr=np.nan), "lr"),
     (lambda: train_forecast(MODEL, SETUP, weight_decay=-1.0), "weight_decay"),
+    (lambda: train_step(init_params(MODEL), SETUP, Adam(init_params(MODEL))), "optimizer of params"),
+    (lambda: train_step(init_params(MODEL), SETUP, None), "optimizer of params"),
     (lambda: oracle_blocks(Q, K, np.array([200, 300]), 1), "q_pos"),
     (lambda: oracle_blocks(Q, K, np.array([200, 255]), 1, block_size=0), "block_size"),
     (lambda: evaluate_selectors(DATA, {}, np.array([255]), topk=0), "topk"),
@@ -213,6 +216,29 @@ def test_forecast_gradient_matches_finite_differences():
             p[name] = w
             return forecast_loss_and_grad(p, setup)[0]
         np.testing.assert_allclose(grads[name], _fd(f, params[name]), atol=1e-7)
+
+
+def test_train_step_is_one_step_of_train_forecast():
+    """train_step: loss and unclipped gradients of forecast_loss_and_grad, the gradients clipped together to
+    max_norm, one Adam step; train_forecast is a loop of it (same losses, same parameters)."""
+    model = SyntheticModel(n_layers=2, D=8, Hkv=1, G=2, d=8, n_topics=4, seed=0)
+    setup = make_setup(model.sample(n_seq=1, T=400, seed=1, n_needles=1, span=20), "fine",
+                       q_pos=np.arange(300, 400, 13), k=2)
+    params = init_params(model, seed=0)
+    opt = Adam(params, lr=0.05, betas=(0.9, 0.95), eps=1e-6)
+    hist = []
+    for step in range(3):
+        before = {k: v.copy() for k, v in params.items()}
+        want_loss, want_grads = forecast_loss_and_grad(before, setup)
+        loss, grads = train_step(params, setup, opt, max_norm=0.01)
+        assert loss == want_loss and all(np.array_equal(grads[k], want_grads[k]) for k in grads)
+        norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+        assert norm > 0.01                                        # so clipping is on
+        assert not any(np.array_equal(params[k], before[k]) for k in params)
+        hist.append(loss)
+    trained, h = train_forecast(model, setup, steps=3, lr=0.05, max_norm=0.01, show_progress=False)
+    np.testing.assert_array_equal(h["loss"], hist)
+    assert all(np.array_equal(trained[k], params[k]) for k in params)
 
 
 def test_training_lowers_the_loss_and_fine_teacher_beats_coarse_on_recall():

@@ -283,3 +283,95 @@ def test_short_prompts_shorter_than_window_and_k(L, window, topk):
     full, _ = m.prefill(toks(L, L), early_exit=False)
     early, _ = m.prefill(toks(L, L))
     assert np.abs(full[-1] - early[0]).max() <= 1e-10 and np.abs(early).max() > 1e-3
+
+
+# ------------------------------------------------------------------ the per-layer building blocks (notebook 06.2)
+def _decode_from_blocks(m, token, cache):
+    """A decode step written only with the public per-layer building blocks (the orchestration of exercise 06.2)."""
+    from hybrid_lab.ops.fa_decode import fa_attention
+
+    cfg, cache = m.cfg, cache.copy()
+    pos, h = cache.pos, m.weights["embed"][[token]]
+    swa = iter(cache.self_swa)
+    for i in range(cfg.n_self):
+        name = f"self.{i}"
+        x, q, k, v = m.layer_input(name, h, [pos])
+        if i == cfg.self_swa_before:
+            fa_input = h
+            cache.self_fa.append(k, v)
+            o, _ = fa_attention(q, cache.self_fa.k, cache.self_fa.v, [pos])
+        else:
+            win = next(swa)
+            win.append(k, v, [pos])
+            o, _ = fa_attention(q, win.k, win.v, [len(win) - 1], sink=m.sink(name))
+        h = m.layer_output(name, h, x, o)
+    for g, src in enumerate(cfg.sources):
+        cache.cross[g].append(*m.bridge_kv(g, fa_input if src == "self_fa_input" else h))
+    cache.pos, cache.boundary = pos + 1, h[0].copy()
+    for g in range(cfg.n_groups):
+        K, V = cache.cross[g].k, cache.cross[g].v
+        x, q, _, _ = m.layer_input(f"cross.{g}.fa", h)
+        o, score = fa_attention(q, K, V, [pos])
+        idx = forced_window_select(score, np.array([pos]), cfg.window, cfg.topk)
+        h = m.layer_output(f"cross.{g}.fa", h, x, o)
+        for j in range(cfg.group_size - 1):
+            name = f"cross.{g}.sa.{j}"
+            x, q, _, _ = m.layer_input(name, h)
+            h = m.layer_output(name, h, x, sparse_attention(q[None], K[None], V[None], idx[None],
+                                                             sink=m.sink(name))[0])
+    return m.logits(h)[0], cache
+
+
+@pytest.mark.parametrize("kw, L", [(dict(SMALL, swa_window=3, window=2, topk=3), 9),
+                                   (dict(SMALL, n_heads_kv=2, bridge_sources=("self_fa_input", "boundary")), 2),
+                                   (dict(), 20)])
+def test_decode_from_public_building_blocks_equals_decode_step(kw, L):
+    m = HySparse2(HySparse2Config(**kw))
+    t = toks(L + 6, L)
+    _, ca = m.prefill(t[:L])
+    cb = ca.copy()
+    for tok in t[L:]:
+        la, ca = m.decode_step(int(tok), ca)
+        lb, cb = _decode_from_blocks(m, int(tok), cb)
+        assert np.abs(la - lb).max() <= 1e-10
+        aa, ab = ca.to_arrays(), cb.to_arrays()
+        assert aa.keys() == ab.keys()
+        for key in aa:
+            np.testing.assert_allclose(ab[key], aa[key], rtol=0, atol=1e-10, err_msg=key)
+
+
+def test_building_blocks_shapes_and_errors():
+    cfg = HySparse2Config(**SMALL, n_heads_kv=2, gates=True, sinks=True)
+    m = HySparse2(cfg)
+    h = np.random.default_rng(0).normal(size=(3, cfg.d_model))
+    x, q, k, v = m.layer_input("self.0", h, [4, 5, 6])
+    assert x.shape == h.shape and q.shape == (3, 4, cfg.d_qk) and k.shape == (3, 2, cfg.d_qk) and v.shape == (3, 2, cfg.d_v)
+    _, _, kc, vc = m.layer_input("cross.1.sa.0", h)
+    assert kc is None and vc is None                                  # cross layers own no K/V projection
+    assert m.layer_input(f"self.{cfg.self_swa_before}", h)[2].shape == (3, 2, cfg.d_qk)   # the FA: NoPE, no pos
+    assert m.sink(f"self.{cfg.self_swa_before}") is None and m.sink("cross.0.fa") is None
+    assert m.sink("self.0").shape == (cfg.n_heads_q,) and m.sink("cross.0.sa.0").shape == (cfg.n_heads_q,)
+    assert m.layer_output("cross.0.sa.0", h, x, np.zeros((3, 4, cfg.d_v))).shape == h.shape
+    kb, vb = m.bridge_kv(1, h)
+    assert kb.shape == (3, 2, cfg.d_qk) and vb.shape == (3, 2, cfg.d_v)
+    assert m.logits(h).shape == (3, cfg.vocab)
+    with pytest.raises(ValueError, match="RoPE"):
+        m.layer_input("self.0", h)
+    with pytest.raises(ValueError, match="pos must have shape"):
+        m.layer_input("self.0", h, [1, 2])
+    with pytest.raises(ValueError, match="layer name"):
+        m.layer_input("cross.9.fa", h)
+    with pytest.raises(ValueError, match="g must"):
+        m.bridge_kv(cfg.n_groups, h)
+    p = HySparse2(cfg, weights={n: m.weights[n] for n in self_decoder_weight_names(cfg)})
+    with pytest.raises(ValueError, match="not held"):
+        p.layer_input("cross.0.fa", h)
+
+
+def test_cache_bytes_counted_from_the_config_match_the_cache():
+    from hybrid_lab.exercises.lab06 import kv_bytes_reference
+
+    for kw, L in [(dict(SMALL, swa_window=5), 3), (dict(SMALL, self_swa_after=0, group_size=1), 17), (dict(), 48)]:
+        cfg = HySparse2Config(**kw)
+        c = HySparse2(cfg).prefill_self(toks(L))
+        assert kv_bytes_reference(cfg, L, 8) == c.nbytes()

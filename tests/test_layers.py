@@ -3,7 +3,7 @@
 Every import counts, wherever it is written (module top, inside a function, ``importlib.import_module("...")``
 with a constant name): a function-local import does not hide a cycle or a layer violation.
 
-    layers      core < ops < costs < models < serving < widgets: a module imports its own layer or lower ones
+    layers      core < ops < costs < models < serving < widgets < exercises: a module imports its own layer or lower
     course      course/ (the notebook pipeline and CLI) imports only core and itself; no layer imports course/
     gpu_track   imports from hybrid_lab only ``hybrid_lab.ops.contracts`` (the swappable ops' checks)
     no cycles, and no ``_private`` name (or private module) of another module used across modules
@@ -20,7 +20,7 @@ from hybrid_lab.course.pipeline import repo_root
 
 ROOT = repo_root()
 PACKAGES = ("hybrid_lab", "gpu_track")
-LAYERS = ("core", "ops", "costs", "models", "serving", "widgets")
+LAYERS = ("core", "ops", "costs", "models", "serving", "widgets", "exercises")
 SIDECAR = "course"                     # tooling: its own island on top of core
 FACADE_LAYER = "ops"                   # hybrid_lab/__init__.py re-exports the backend switch (ops/registry)
 GPU_MAY_IMPORT = {"hybrid_lab.ops.contracts"}

@@ -231,3 +231,48 @@ def test_plus_inf_scores_are_refused_and_a_diverged_run_still_stops():
     h = train_indexer(big, d.x_queries[:64], d.x_keys, p[:64], steps=300, lr=1e-2, optimizer="sgd", clip=None,
                       q_pos=d.q_pos[:64], show_progress=False)
     assert h["diverged"] and h["steps"] == 7 and len(h["loss"]) == 7
+
+
+def test_optimizer_step_clips_the_global_norm_then_steps():
+    """optimizer_step: the one update of train_indexer (global-norm clipping, then Adam or plain GD), in place."""
+    from hybrid_lab.core.optim import Adam
+    from hybrid_lab.models.lightning_indexer import optimizer_step
+
+    params = {"a": np.array([1.0, 2.0]), "b": np.array([[0.5]])}
+    grads = {"a": np.array([3.0, 0.0]), "b": np.array([[4.0]])}            # global norm 5
+    optimizer_step(params, grads, lr=0.1, clip=1.0)
+    np.testing.assert_allclose(grads["a"], [0.6, 0.0])                     # scaled by 1 / 5 together, in place
+    np.testing.assert_allclose(params["a"], [1.0 - 0.06, 2.0])
+    np.testing.assert_allclose(params["b"], [[0.5 - 0.08]])
+    p2, g2 = {"a": np.array([1.0])}, {"a": np.array([0.5])}
+    optimizer_step(p2, g2, lr=0.1, clip=1.0)                               # norm below clip: untouched
+    assert g2["a"][0] == 0.5 and p2["a"][0] == pytest.approx(0.95)
+    p3 = {"a": np.array([1.0, -1.0])}
+    adam = Adam(p3, lr=0.01)
+    optimizer_step(p3, {"a": np.array([1e-3, -50.0])}, lr=123.0, opt=adam)   # Adam's first step: lr * sign(g)
+    np.testing.assert_allclose(p3["a"], [0.99, -0.99], rtol=1e-6)
+    with pytest.raises(ValueError):
+        optimizer_step(params, {"a": grads["a"]}, lr=0.1)                  # keys differ
+    with pytest.raises(ValueError):
+        optimizer_step(params, {"a": np.zeros(3), "b": np.zeros((1, 1))}, lr=0.1)
+    with pytest.raises(ValueError):
+        optimizer_step(params, grads, lr=0.0)
+
+
+@pytest.mark.parametrize("optimizer, clip", [("sgd", None), ("sgd", 0.5), ("adam", 1.0)])
+def test_train_indexer_is_loss_and_grads_then_optimizer_step(optimizer, clip):
+    from hybrid_lab.core.optim import Adam
+    from hybrid_lab.models.lightning_indexer import optimizer_step
+
+    d = concentrated_attention(n_keys=40, n_queries=6, d_model=8, d_head=6, rank=3, seed=2)
+    p = attention_target(d.q, d.k, q_pos=d.q_pos)
+    a, b = LightningIndexer(8, 3, 4, init_scale=0.3, seed=1), LightningIndexer(8, 3, 4, init_scale=0.3, seed=1)
+    h = train_indexer(a, d.x_queries, d.x_keys, p, steps=3, lr=0.05, optimizer=optimizer, clip=clip, q_pos=d.q_pos,
+                      show_progress=False)
+    opt = Adam(b.params, lr=0.05) if optimizer == "adam" else None
+    for i in range(3):
+        loss, grads = b.loss_and_grads(d.x_queries, d.x_keys, p, d.q_pos)
+        assert loss / 6 == h["loss"][i]
+        optimizer_step(b.params, grads, 0.05, clip=clip, opt=opt)
+    for name in a.params:
+        np.testing.assert_array_equal(a.params[name], b.params[name])

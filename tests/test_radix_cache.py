@@ -12,7 +12,8 @@ from hybrid_lab.models.hybrid import HybridConfig, MiniHybrid
 from hybrid_lab.serving.eviction import eviction_scores
 from hybrid_lab.serving.marconi import simulate
 from hybrid_lab.serving.node_store import ROOT, NodeStore
-from hybrid_lab.serving.radix_cache import POLICIES, BlockCache, RadixCache, SimResult, make_cache
+from hybrid_lab.serving.radix_cache import (POLICIES, BlockCache, RadixCache, SimResult, TreeView, make_cache,
+                                            marconi_admission, marconi_evict)
 from hybrid_lab.serving.state_models import ByteModel, RealModel, mini_hybrid_layout
 from hybrid_lab.serving.workloads import Request, chat_trace, exercise3_trace
 
@@ -145,6 +146,85 @@ def test_default_score_is_eviction_scores():
     assert a.stats["evictions"] > 0 and np.array_equal(a.hit, b.hit) and a.stats == b.stats
 
 
+@settings(max_examples=150, **SETTINGS)
+@given(trace=traces(), cap_states=st.integers(0, 12), alpha=st.sampled_from([0.0, 0.3, 2.0]),
+       hook=st.sampled_from(["admit", "evict", "both"]))
+def test_hooks_with_marconis_functions_decide_as_the_cache(trace, cap_states, alpha, hook):
+    """admit_fn=marconi_admission / evict_fn=marconi_evict (the notebook's references) reproduce the cache's own
+    decisions exactly: hits, states admitted, checkpoints, every eviction, every counter."""
+    kw = {"admit_fn": marconi_admission if hook != "evict" else None,
+          "evict_fn": marconi_evict if hook != "admit" else None}
+    a, b = (RadixCache(cap_states * 64, ByteModel(TINY), alpha=alpha, **k) for k in ({}, kw))
+    for c in (a, b):
+        c.keep_log, c.eviction_log = True, []
+    for r in trace:
+        assert a.serve(r) == b.serve(r)
+        b.check_invariants()
+    assert [(x.hit, x.checkpoint, x.states_added) for x in a.log] == \
+        [(x.hit, x.checkpoint, x.states_added) for x in b.log]
+    assert [(e["node"], e["nchild"], e["clock"]) for e in a.eviction_log] == \
+        [(e["node"], e["nchild"], e["clock"]) for e in b.eviction_log]
+    assert a.stats == b.stats and a.bytes_held == b.bytes_held
+
+
+def test_marconi_admission_rule():
+    """Branch iff 0 < m < n_input and (a split inside an edge, or a node with children and no state); always the
+    last decoded token."""
+    assert marconi_admission(10, 15, 0, False, 3, False) == [15]         # nothing matched: the root is no branch
+    assert marconi_admission(10, 15, 6, True, 0, False) == [6, 15]       # the input leaves an edge midway
+    assert marconi_admission(10, 15, 6, False, 2, False) == [6, 15]      # a state-less branch node gets one more child
+    assert marconi_admission(10, 15, 6, False, 2, True) == [15]          # ... which already holds a state: a hit
+    assert marconi_admission(10, 15, 6, False, 0, False) == [15]         # extending a leaf: no branch
+    assert marconi_admission(10, 15, 10, True, 0, False) == [15]         # the whole input matched: no new branch
+
+
+def test_admission_hook_positions_and_checks():
+    """An admission function may save states anywhere in [1, n_tokens] (a new leaf is cut where needed), returned in
+    any order; bad positions raise."""
+    tr = exercise3_trace(len_s=4, len_d=6, len_q=3, len_a=2, len_f=2)
+    c = RadixCache(1e15, admit_fn=lambda n_in, n, m, *_: [n_in, 3, n])
+    c.keep_log = True
+    c.serve_trace(tr[:1])
+    assert c.log[0].states_added == [3, 13, 15] and c.n_states == 3 and c.n_nodes == 3
+    assert c.match(tr[0].input_ids[:5]) == 3
+    c.check_invariants()
+    none = RadixCache(1e15, admit_fn=lambda *a: [])            # nothing admitted: the KV is cached, never a hit
+    assert none.serve_trace(tr).hit.sum() == 0 and none.n_states == 0 and none.n_tokens > 0
+    for bad in ([0, 15], [16], [2.5], "x", [None]):
+        with pytest.raises(ValueError, match="admit_fn must return"):
+            RadixCache(1e15, admit_fn=lambda *a, bad=bad: bad).serve(tr[0])
+
+
+def test_eviction_hook_tree_view():
+    """TreeView: fresh columns after every eviction, refuses branch points and dead nodes; an eviction function that
+    frees too little is an error."""
+    tr = exercise3_trace(len_s=4, len_d=6, len_q=3, len_a=2, len_f=2)
+    seen = []
+
+    def record(tree, need, alpha):
+        seen.append((len(tree), need))
+        branch = tree.ids[tree.n_children >= 2]
+        for v in branch:
+            with pytest.raises(ValueError, match="never evicted"):
+                tree.evict(v)
+        leaf = tree.ids[np.argmin(tree.n_children)]
+        n = len(tree)
+        freed = tree.evict(leaf)
+        assert freed > 0 and len(tree) < n and leaf not in tree.ids
+        with pytest.raises(ValueError, match="not in the tree"):
+            tree.evict(leaf)
+        marconi_evict(tree, need - freed, alpha)
+
+    c = RadixCache(3 * L7B.state_bytes, evict_fn=record)
+    c.serve_trace(tr)
+    c.check_invariants()
+    assert seen and c.bytes_held <= c.capacity
+    view = TreeView(c)
+    assert view.flops(np.array([0, 5])).tolist() == [0.0, float(L7B.prefill_flops(5))]
+    with pytest.raises(ValueError, match="freed 0 of the"):
+        RadixCache(L7B.state_bytes, evict_fn=lambda tree, need, alpha: None).serve_trace(tr)
+
+
 def test_clone_is_independent():
     tr = chat_trace(40, "lmsys", seed=2)
     cache = RadixCache(5e8, alpha=0.5)
@@ -207,6 +287,21 @@ def test_real_model_property(trace, policy, cap_states):
     cache.check_invariants()
 
 
+def test_real_model_with_the_hooks():
+    """The real model through admit_fn / evict_fn: the same hits as the cache's own decisions, every hit verified."""
+    tr = exercise3_trace(len_s=8, len_d=24, len_q=5, len_a=6, len_f=4)
+    tr += [Request(10 + i, 0, r.input_ids, r.output_ids) for i, r in enumerate(tr[:2])]
+    rm, rm2 = RealModel(MINI), RealModel(MINI)
+    cap = 60 * rm.kv_bytes_per_token + 4 * rm.state_bytes
+    own = make_cache("marconi", cap, rm, alpha=0.5).serve_trace(tr).hit.tolist()
+    hooked = RadixCache(cap, rm2, alpha=0.5, admit_fn=marconi_admission, evict_fn=marconi_evict)
+    assert hooked.serve_trace(tr).hit.tolist() == own and sum(h > 0 for h in own) > 0
+    assert rm2.verified_hits == rm.verified_hits == sum(h > 0 for h in own)
+    hooked.check_invariants()
+    with pytest.raises(ValueError, match="after the hit"):
+        RadixCache(cap, RealModel(MINI), admit_fn=lambda n_in, n, m, *a: [1, n]).serve_trace(tr)
+
+
 def test_real_model_detects_a_wrong_state():
     cache = make_cache("sglang+", 1e9, RealModel(MINI))
     tr = exercise3_trace(len_s=8, len_d=24, len_q=5, len_a=6, len_f=4)
@@ -266,6 +361,10 @@ BAD_INPUT = [
     (lambda: RadixCache(1e9, alpha=math.inf), "alpha"),
     (lambda: RadixCache(1e9, score_fn="lru"), "score_fn"),
     (lambda: RadixCache(1e9, policy="vllm+"), "policy"),
+    (lambda: RadixCache(1e9, admit_fn="marconi"), "admit_fn"),
+    (lambda: RadixCache(1e9, evict_fn=3), "evict_fn"),
+    (lambda: RadixCache(1e9, ByteModel(PURE_ATTN), evict_fn=marconi_evict), "evict_fn"),
+    (lambda: TreeView(RadixCache(1e9)).flops([1.5]), "lengths"),
     (lambda: BlockCache(1e9, block=0), "block"),
     (lambda: BlockCache(1e9, block=4097), "block"),
     (lambda: BlockCache(1e9, block=2.0), "block"),

@@ -1,6 +1,6 @@
-"""``python -m hybrid_lab.course``: the pipeline's command line."""
+"""``python -m hybrid_lab.course``: the ``hybrid-lab`` command (what a venv without its console script can run)."""
 import sys
 
-from hybrid_lab.course.pipeline import main
+from hybrid_lab.course.cli import main
 
 sys.exit(main())

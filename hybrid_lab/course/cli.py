@@ -2,9 +2,13 @@
 
     hybrid-lab open                      # JupyterLab on labs/ (adds --allow-root when run as root)
     hybrid-lab grade labs/01_x.ipynb     # per-exercise table, exit 1 if anything fails
-    hybrid-lab build                     # regenerate labs/ from solutions/ (lecturers)
-    hybrid-lab check                     # labs/ in sync with solutions/?
+    hybrid-lab grade subs/ --lab 01 --csv book.csv --feedback fb/ -j 2     # a class (classgrade.py)
+    hybrid-lab build [--force]           # regenerate labs/ from solutions/ (lecturers)
+    hybrid-lab build --mode assignment --out DIR                           # assignments (release.py)
+    hybrid-lab check                     # every solution executed, every lab in sync?
     hybrid-lab execute solutions/01_x.ipynb
+    hybrid-lab slides solutions/01_x.ipynb [--out F] [--mark]             # an offline deck (slides.py)
+    hybrid-lab export nbgrader DIR       # an nbgrader course (release.py)
     hybrid-lab bench [NAME ...]          # run benchmarks/bench_*.py (JSON under benchmarks/results/)
 
 Every failure prints one line, ``hybrid-lab: what is wrong; the command that fixes it``, and exits non-zero (2 for a
@@ -14,6 +18,7 @@ it for an unexpected error).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -23,9 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hybrid_lab.course import classgrade, release, slides
 from hybrid_lab.course import pipeline as course
 
-COMMANDS = ("open", "grade", "build", "check", "execute", "bench")
+COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export")
 # JupyterLab's plugin that asks "Would you like to get notified about official Jupyter news?" on first start and
 # checks for updates; it needs the internet, and its pop-up covers the notebook. (`--LabApp.news_url=None` alone
 # does not stop the question: JupyterLab 4 asks as long as the `fetchNews` setting is "none".)
@@ -129,12 +135,32 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("open", help="start JupyterLab on labs/ (or --solutions); other arguments go to jupyter lab")
     p.add_argument("--solutions", action="store_true", help="open solutions/ instead of labs/")
-    p = sub.add_parser("grade", help="grade a lab notebook against solutions/")
-    p.add_argument("path")
+    p = sub.add_parser("grade", help="grade a lab notebook against solutions/, or a class of them")
+    p.add_argument("paths", nargs="+", metavar="SUBMISSION")
     p.add_argument("-x", "--fail-fast", action="store_true", help="stop at the first failing exercise")
+    p.add_argument("--lab", help="the lab number (01 ...) when the file names do not start with it")
+    p.add_argument("--csv", help="class grading: the gradebook to write")
+    p.add_argument("--feedback", help="class grading: a folder for one feedback file per student")
+    p.add_argument("-j", "--jobs", type=int, help="class grading: submissions at once (default: all cores)")
+    p.add_argument("--timeout", type=int, help="seconds per cell (default 300; class grading 120)")
+    p.add_argument("--time-limit", type=int, help="class grading: seconds per submission (default 900)")
+    p.add_argument("--memory-mb", type=int, help="class grading: memory per submission in MB (default 8192)")
+    p.add_argument("--json", help=argparse.SUPPRESS)     # one submission's rows, for class grading's workers
     p = sub.add_parser("build", help="regenerate labs/ from solutions/")
     p.add_argument("paths", nargs="*")
-    sub.add_parser("check", help="exit 1 if labs/ is out of sync with solutions/")
+    p.add_argument("--force", action="store_true", help="overwrite labs that hold edits (a student's work)")
+    p.add_argument("--mode", choices=("practice", "assignment"), default="practice",
+                   help="assignment: no reference outputs, no verdicts (grading stays with hybrid-lab grade)")
+    p.add_argument("--out", help="--mode assignment: the folder to write to")
+    p = sub.add_parser("slides", help="write a notebook's slides as one HTML file that works offline")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--out", help="the HTML file (default slides/NN_name.html)")
+    p.add_argument("--mark", action="store_true", help="set the cells' slide metadata (lecturers)")
+    p = sub.add_parser("export", help="export the course: export nbgrader DIR (an nbgrader course folder)")
+    p.add_argument("format", choices=("nbgrader",))
+    p.add_argument("dir")
+    p.add_argument("paths", nargs="*")
+    sub.add_parser("check", help="exit 1 if a solution is stale or labs/ is out of sync with solutions/")
     p = sub.add_parser("execute", help="run notebooks in place, storing outputs")
     p.add_argument("paths", nargs="+")
     p = sub.add_parser("bench", help="run benchmarks/bench_*.py")
@@ -142,18 +168,78 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _grade(a) -> int:
+    """One notebook (no --csv / --feedback): the per-exercise table, exit 1 if anything fails. Several, or a folder:
+    class grading (classgrade.py), exit 1 unless every submission scored full marks."""
+    single = len(a.paths) == 1 and not Path(a.paths[0]).is_dir() and not a.csv and not a.feedback
+    if single:
+        rows = course.grade(a.paths[0], fail_fast=a.fail_fast, quiet=bool(a.json), timeout=a.timeout or 300,
+                            lab=a.lab)
+        if a.json:       # class grading's worker: the rows for the parent process
+            Path(a.json).write_text(json.dumps([dataclasses.asdict(r) for r in rows]))
+        return 0 if all(r.passed for r in rows) else 1
+    results = classgrade.grade_class(a.paths, a.lab or classgrade.common_lab(a.paths), csv_path=a.csv,
+                                     feedback=a.feedback, jobs=a.jobs, cell_timeout=a.timeout or 120,
+                                     time_limit=a.time_limit or 900, memory_mb=a.memory_mb or 8192)
+    return 0 if all(r.status == "graded" and r.total == r.max_points for r in results) else 1
+
+
+def _build(a) -> int:
+    if a.mode == "assignment":
+        if not a.out:
+            raise course.CourseError("--mode assignment needs a folder to write to: hybrid-lab build --mode "
+                                     "assignment --out build/assignment")
+        for path in release.build_assignments(a.out, a.paths or None):
+            print(f"wrote {course.shown(path)}")
+        return 0
+    if a.out:
+        raise course.CourseError("--out goes with --mode assignment (practice labs are always written to labs/)")
+    for path in course.build(a.paths or None, force=a.force):
+        print(f"wrote {path.relative_to(course.repo_root())}")
+    return 0
+
+
+def _slides(a) -> int:
+    if a.out and len(a.paths) > 1:
+        raise course.CourseError("--out names one file: give one notebook, or leave --out out (slides/NN_name.html)")
+    for path in a.paths:
+        if a.mark:
+            nb = course.read_notebook(path)
+            slides.mark_slides(nb)
+            Path(path).write_text(course.dumps(nb))
+            print(f"marked {course.shown(path)}")
+        else:
+            print(f"wrote {course.shown(slides.write_deck(path, a.out))}")
+    return 0
+
+
+def _export(a) -> int:
+    for path in release.export_nbgrader(a.dir, a.paths or None):
+        print(f"wrote {course.shown(path)}")
+    print(f"an nbgrader course in {course.shown(a.dir)}: cd there, then nbgrader generate_assignment NN_name")
+    return 0
+
+
+def _execute(a) -> int:
+    for path in a.paths:
+        course.execute(path)
+        print(f"executed {path}")
+    return 0
+
+
+def _check(a) -> int:
+    bad = course.out_of_sync()
+    print("\n".join(["out of sync:"] + ["  " + b for b in bad]) if bad else
+          "solutions/ executed and labs/ in sync with them")
+    return 1 if bad else 0
+
+
+HANDLERS = {"open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
+            "execute": _execute, "check": _check}
+
+
 def _dispatch(a) -> int:
-    if a.cmd == "open":
-        return _open(a)
-    if a.cmd == "bench":
-        return _bench(a)
-    if a.cmd == "grade":
-        return course.main(["grade", a.path] + (["-x"] if a.fail_fast else []))
-    if a.cmd == "build":
-        return course.main(["build"] + a.paths)
-    if a.cmd == "execute":
-        return course.main(["execute"] + a.paths)
-    return course.main(["check"])
+    return HANDLERS[a.cmd](a)
 
 
 def main(argv=None) -> int:

@@ -4,27 +4,24 @@
   whose first line is ``# Exercise NN.K (P points): title``, between ``### BEGIN SOLUTION`` / ``### END SOLUTION``.
 * ``build`` turns each solution into ``labs/NN_name.ipynb``: every marked region becomes
   ``raise NotImplementedError("Exercise NN.K: title")``; every stored output stays (they are the answers).
-* ``grade`` takes a student's lab, puts the student's exercise cells into the *solution* notebook (so the reference
-  outputs and the checks come from ``solutions/``, never from what the student saved), runs it in a fresh kernel
-  with nbclient and compares what each check cell prints with the reference (nbval's rules: the repo's sanitize file,
-  images and widget models not compared). One row per exercise: id, points, PASS/FAIL and the check's own lines that
-  differ, with the cell to look at. The code cells after an exercise, up to the next exercise, are its checks.
+* Each exercise cell defines a function (or class); the code cell below it hands it to
+  ``hybrid_lab.exercises.check("NN.K", fn)``, which tests it against the reference on fresh random and edge cases,
+  prints PASS / FAIL (what is wrong, where) / "not done yet", and returns the reference when it does not pass, so
+  Run All goes on with the reference standing in.
+* ``grade`` takes a student's lab, puts the student's exercise cells into the *solution* notebook (so the checks
+  come from ``solutions/``, never from what the student saved), runs it in a fresh kernel with nbclient and reads the
+  verdict each check records (``hybrid_lab.core.grading``; a record made while the student's own cell runs does not
+  count). One row per exercise: id, points, PASS/FAIL and the check's own message, with the cell to look at.
   Not graded: the exercise cell's own output, anything the student's code prints (also when a check calls it), and
   stderr (warnings): they are shown next to the row.
 
-Command line::
-
-    python -m hybrid_lab.course execute solutions/01_selective_ssm.ipynb   # run in place, store outputs
-    python -m hybrid_lab.course build [solutions/NN_x.ipynb ...]           # regenerate labs/ (all by default)
-    python -m hybrid_lab.course check                                      # labs/ in sync with solutions/?
-    python -m hybrid_lab.course grade labs/01_selective_ssm.ipynb          # exit 1 if anything fails
+The command line is ``hybrid-lab`` (``hybrid_lab/course/cli.py``; ``python -m hybrid_lab.course`` is the same).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
-import difflib
+import hashlib
 import importlib.util
 import linecache
 import os
@@ -35,9 +32,16 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybrid_lab.core.grading import GRADE_LOG_ENV, read_log
+
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 GRADE_DEPS = ("nbformat", "nbclient", "jupyter_client", "ipykernel")  # what grading imports (all in the `lab` extra)
-HEADER = re.compile(r"^#\s*Exercise\s+(?P<id>[0-9A-Za-z._-]+)\s*\((?P<points>\d+)\s*points?\)\s*:\s*(?P<title>.+?)\s*$")
+# '# Exercise 01.3 (3 points, medium, ~20 min): the recurrent SSD scan' (level and minutes: every lab has them; a
+# test checks it)
+LEVELS = ("warm-up", "medium", "hard")
+HEADER = re.compile(r"^#\s*Exercise\s+(?P<id>[0-9A-Za-z._-]+)\s*\((?P<points>\d+)\s*points?"
+                    r"(?:\s*,\s*(?P<level>warm-up|medium|hard))?(?:\s*,\s*~?(?P<minutes>\d+)\s*min)?\s*\)"
+                    r"\s*:\s*(?P<title>.+?)\s*$")
 
 
 def repo_root() -> Path:
@@ -91,10 +95,6 @@ def missing_grade_deps() -> list[str]:
     return [m for m in GRADE_DEPS if importlib.util.find_spec(m) is None]
 
 
-def sanitize_file() -> Path:
-    return repo_root() / "nbval_sanitize.cfg"
-
-
 def _nbformat():
     try:
         import nbformat
@@ -125,7 +125,8 @@ def read_notebook(path):
                           f"again (File > Save Notebook), then grade it") from None
 
 
-def _source(cell) -> str:
+def cell_source(cell) -> str:
+    """A cell's (or output's) source / text as one string (nbformat may hold a list of lines)."""
     s = cell.get("source", "")
     return "".join(s) if isinstance(s, list) else s
 
@@ -136,6 +137,8 @@ class Exercise:
     points: int
     title: str
     cell: int          # index among code cells (nbval's "Cell N")
+    level: str | None = None
+    minutes: int | None = None
 
 
 def exercises(nb) -> list[Exercise]:
@@ -145,7 +148,7 @@ def exercises(nb) -> list[Exercise]:
         if cell.cell_type != "code":
             continue
         k += 1
-        src = _source(cell)
+        src = cell_source(cell)
         if BEGIN not in src:
             continue
         first = src.lstrip().splitlines()[0]
@@ -158,7 +161,8 @@ def exercises(nb) -> list[Exercise]:
         if m["id"] in seen:
             raise ValueError(f"exercise id {m['id']} appears twice")
         seen.add(m["id"])
-        out.append(Exercise(m["id"], int(m["points"]), m["title"], k))
+        out.append(Exercise(m["id"], int(m["points"]), m["title"], k, m["level"],
+                            int(m["minutes"]) if m["minutes"] else None))
     return out
 
 
@@ -188,56 +192,99 @@ def make_lab(sol_nb):
             continue
         k += 1
         if k in exs:
-            cell.source = stub_source(_source(cell), exs[k])
+            cell.source = stub_source(cell_source(cell), exs[k])
     lab.metadata["hybrid_lab"] = {"kind": "lab", "generated_from": "solutions/", "do_not_edit": "regenerate with "
-                                  "python -m hybrid_lab.course build"}
+                                  "hybrid-lab build", "cells_sha256": cells_hash(lab)}
     return lab
+
+
+def cells_hash(nb) -> str:
+    """sha256 of a notebook's cell types and sources: what an author or a student edits (not outputs, not metadata)."""
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        h.update(cell.cell_type.encode() + b"\0" + cell_source(cell).encode() + b"\0")
+    return h.hexdigest()
+
+
+def edited_since_build(lab_nb) -> bool:
+    """Did someone change the cells of this generated lab (a student's work)? A lab without the recorded hash counts
+    as unedited (built before the hash existed)."""
+    recorded = lab_nb.metadata.get("hybrid_lab", {}).get("cells_sha256")
+    return recorded is not None and recorded != cells_hash(lab_nb)
+
+
+def stale_solution(sol_nb) -> bool:
+    """Was this solution's source edited after its outputs were stored (``execute`` records the hash it ran)?"""
+    return sol_nb.metadata.get("hybrid_lab", {}).get("executed_cells_sha256") != cells_hash(sol_nb)
 
 
 def lab_path_for(sol: Path) -> Path:
     return repo_root() / "labs" / Path(sol).name
 
 
-def solution_path_for(lab: Path) -> Path:
-    """The solution a lab is graded against: same file name, else the one solution with the same ``NN_`` number
-    (JupyterLab's "Duplicate" names a copy ``01_selective_ssm-Copy1.ipynb``)."""
+def solution_path_for(lab: Path, number: str | None = None) -> Path:
+    """The solution a lab is graded against: lab ``number`` ("01") when given, else the same file name, else the one
+    solution with the same ``NN_`` number (JupyterLab's "Duplicate" names a copy ``01_selective_ssm-Copy1.ipynb``)."""
     lab = Path(lab)
     sols = sorted((repo_root() / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    if number is not None:
+        same = [s for s in sols if s.name[:3] == f"{number}_"]
+        if len(same) != 1:
+            raise CourseError(f"--lab {number}: no such lab; the labs are {', '.join(s.stem[:2] for s in sols)}")
+        return same[0]
     same = [s for s in sols if s.name == lab.name] or [s for s in sols if s.name[:3] == lab.name[:3]]
     if len(same) == 1:
         return same[0]
     names = ", ".join(s.stem[:2] for s in sols)
     raise CourseError(f"{shown(lab)} is not one of the lab's notebooks (its name must start with a lab number: "
-                      f"{names}); grade a lab, e.g. {example_lab()}")
+                      f"{names}); grade a lab, e.g. {example_lab()}, or name the lab: --lab 01")
 
 
-def _dump(nb) -> str:
+def dumps(nb) -> str:
+    """The notebook as the pipeline writes it: nbformat's JSON plus a final newline."""
     return _nbformat().writes(nb) + "\n"
 
 
-def build(paths=None) -> list[Path]:
-    """Regenerate labs/ from solutions/ (all notebooks, or the given solution paths)."""
+def build(paths=None, force: bool = False) -> list[Path]:
+    """Regenerate labs/ from solutions/ (all notebooks, or the given solution paths). Refuses (CourseError, nothing
+    written) to overwrite a lab whose cells were edited since it was built (a student's work) unless ``force``."""
     sols = [Path(p) for p in paths] if paths else sorted((repo_root() / "solutions").glob("[0-9][0-9]_*.ipynb"))
-    written = []
+    todo = []
     for sol in sols:
-        lab = make_lab(read_notebook(sol))
         dst = lab_path_for(sol)
+        if dst.exists() and not force and edited_since_build(read_notebook(dst)):
+            raise CourseError(f"{shown(dst)} holds edits made after it was built (a student's work?); copy it "
+                              f"elsewhere first, or overwrite it: hybrid-lab build --force {shown(sol)}")
+        todo.append((make_lab(read_notebook(sol)), dst))
+    written = []
+    for lab, dst in todo:
         dst.parent.mkdir(exist_ok=True)
-        dst.write_text(_dump(lab))
+        dst.write_text(dumps(lab))
         written.append(dst)
     return written
 
 
 def out_of_sync() -> list[str]:
-    """Names of labs that differ from what ``build`` would write (or are missing / orphaned)."""
+    """What is wrong between solutions/ and labs/, one line each with the command that fixes it: a solution edited
+    since it was last executed, a lab that differs from what ``build`` would write, a missing or orphaned lab."""
     nbf, root, bad = _nbformat(), repo_root(), []
     sols = sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    rel = lambda p: p.relative_to(root).as_posix()  # noqa: E731
     for sol in sols:
+        sol_nb = nbf.read(str(sol), as_version=4)
         dst = lab_path_for(sol)
-        if not dst.exists() or dst.read_text() != _dump(make_lab(nbf.read(str(sol), as_version=4))):
-            bad.append(dst.name)
+        if stale_solution(sol_nb):
+            bad.append(f"{rel(sol)}: edited since its outputs were stored; run hybrid-lab execute {rel(sol)} && "
+                       f"hybrid-lab build {rel(sol)}")
+        elif not dst.exists():
+            bad.append(f"{rel(dst)}: missing; run hybrid-lab build {rel(sol)}")
+        elif dst.read_text() != dumps(make_lab(sol_nb)):
+            edited = edited_since_build(nbf.read(str(dst), as_version=4))
+            bad.append(f"{rel(dst)}: " + ("edited by hand (never edit labs/); run hybrid-lab build --force "
+                                          if edited else "older than its solution; run hybrid-lab build ") + rel(sol))
     names = {s.name for s in sols}
-    bad += [p.name for p in sorted((root / "labs").glob("*.ipynb")) if p.name not in names]
+    bad += [f"labs/{p.name}: no solutions/{p.name} (orphan); delete it"
+            for p in sorted((root / "labs").glob("*.ipynb")) if p.name not in names]
     return bad
 
 
@@ -273,19 +320,43 @@ def execute(path, timeout: int = 600) -> None:
 
     path = Path(path)
     nb = read_notebook(path)
-    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}},
-                                     on_notebook_start=lambda notebook: poll_in_slices(client.kc))
     try:
-        client.execute()
+        with tempfile.TemporaryDirectory(prefix="hybrid_lab_exec_") as tmp:
+            client = nbclient.NotebookClient(nb, km=_kernel_manager(tmp), timeout=timeout, kernel_name="python3",
+                                             resources={"metadata": {"path": str(path.parent)}},
+                                             on_notebook_start=lambda notebook: poll_in_slices(client.kc))
+            with open(Path(tmp) / "kernel.log", "w") as log:   # the kernel process's own chatter, not the user's
+                client.execute(stdout=log, stderr=log)
     except nbclient.exceptions.CellExecutionError as exc:
         last = [ln for ln in str(exc).splitlines() if ln.strip()][-1:] or ["a cell raised"]
         raise CourseError(f"{shown(path)}: a cell raised ({last[0].strip()[:160]}); fix it, then run "
                           f"hybrid-lab execute {shown(path)} again; nothing was written") from None
-    for cell in nb.cells:
-        cell.metadata.pop("execution", None)
+    normalize_outputs(nb, path.name)
+    nb.metadata.setdefault("hybrid_lab", {})["executed_cells_sha256"] = cells_hash(nb)
+    path.write_text(dumps(nb))
+
+
+def normalize_outputs(nb, name: str) -> None:
+    """Make stored outputs a function of the code alone, so executing an unchanged notebook rewrites the same bytes:
+    consecutive stream pieces merged (how a kernel splits them depends on timing), widget model ids replaced by ids
+    derived from the notebook name and the cell (the kernel draws random ones), per-run metadata dropped."""
     nb.metadata.pop("widgets", None)  # live widget state is session noise
-    path.write_text(_dump(nb))
+    for i, cell in enumerate(nb.cells):
+        cell.metadata.pop("execution", None)
+        if cell.cell_type != "code":
+            continue
+        merged = []
+        for o in cell.outputs:
+            if (o.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                    and merged[-1].get("name") == o.get("name")):
+                merged[-1]["text"] = cell_source({"source": merged[-1]["text"]}) + cell_source({"source": o["text"]})
+            else:
+                merged.append(o)
+        for k, o in enumerate(merged):
+            view = o.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+            if isinstance(view, dict) and "model_id" in view:
+                view["model_id"] = hashlib.sha256(f"{name}:{i}:{k}".encode()).hexdigest()[:32]
+        cell.outputs = merged
 
 
 # ------------------------------------------------------------------------------------------------- grading
@@ -296,22 +367,23 @@ def merge_student(student_nb, sol_nb, name: str = "the notebook"):
     for cell in student_nb.cells:
         if cell.cell_type != "code":
             continue
-        m = HEADER.match((_source(cell).lstrip().splitlines() or [""])[0])
+        m = HEADER.match((cell_source(cell).lstrip().splitlines() or [""])[0])
         if m:
             if m["id"] in theirs:
                 raise CourseError(f"{name}: two cells start with '# Exercise {m['id']} ...'; keep one (delete the "
                                   f"other or change its first line) and grade again")
-            theirs[m["id"]] = _source(cell)
+            theirs[m["id"]] = cell_source(cell)
     exs = exercises(sol_nb)
     missing = [e for e in exs if e.id not in theirs]
     if exs and len(missing) == len(exs):
         raise CourseError(f"{name} is not a lab notebook: no cell starts with '# Exercise {exs[0].id} ...'; grade "
                           f"your copy of the lab, e.g. {example_lab()}")
+    code = [c for c in merged.cells if c.cell_type == "code"]
     if missing:
         e = missing[0]
-        raise CourseError(f"{name}: no cell starts with '# Exercise {e.id} ({e.points} points): {e.title}' (the line "
-                          f"was changed or the cell deleted); put that line back at the top of the exercise cell")
-    code = [c for c in merged.cells if c.cell_type == "code"]
+        line = cell_source(code[e.cell]).lstrip().splitlines()[0]
+        raise CourseError(f"{name}: no cell starts with '{line}' (the line was changed or the cell deleted); put that "
+                          f"line back at the top of the exercise cell")
     for ex in exs:
         code[ex.cell].source = theirs[ex.id]
     return merged
@@ -320,7 +392,9 @@ def merge_student(student_nb, sol_nb, name: str = "the notebook"):
 # Runs in the grader's kernel before the notebook (never in a student's JupyterLab): what the student's own code prints
 # goes to stderr, which is shown and not compared. Without it a debugging print inside the student's function would
 # land in the output of the check cell that calls it and fail a correct answer.
-_GRADING_KERNEL_SETUP = "from hybrid_lab.course.pipeline import route_exercise_output; route_exercise_output()"
+_GRADING_KERNEL_SETUP = ("from hybrid_lab.course.pipeline import guard_writes, route_exercise_output\n"
+                         "route_exercise_output()\nguard_writes()")
+ALLOW_ENV = "HYBRID_LAB_GRADE_ALLOW"    # folders the graded code may write to (os.pathsep-separated)
 _exercise_files: dict[str, bool] = {}
 
 
@@ -356,10 +430,61 @@ def route_exercise_output() -> None:
         sys.stdout = ExerciseOutputToStderr(sys.stdout, sys.stderr)
 
 
+_WRITE_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.truncate", "os.link",
+                 "os.symlink", "os.chmod", "os.chown", "os.utime"}
+
+
+def _writes(event: str, args) -> list:
+    """The paths an audit event would write or change (none for a read)."""
+    if event == "open":
+        path, mode, flags = (list(args) + [None, None, None])[:3]
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+        return [path] if writing and isinstance(path, (str, bytes, os.PathLike)) else []
+    if event in _WRITE_EVENTS:
+        return [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+    return []
+
+
+def guard_writes(allowed=None) -> None:
+    """In the grader's kernel: refuse (PermissionError) any write through Python outside the submission's scratch
+    folder and the caches libraries keep (``HYBRID_LAB_GRADE_ALLOW``); the exercise then fails with that message.
+    A Python audit hook: it sees open(), os.* and shutil calls, not what a subprocess or C code writes."""
+    roots = allowed if allowed is not None else [r for r in os.environ.get(ALLOW_ENV, "").split(os.pathsep) if r]
+    if not roots:
+        return
+    roots = [os.path.realpath(r) for r in roots] + ["/dev"]
+
+    def inside(path) -> bool:
+        p = os.path.realpath(os.fsdecode(path) if not isinstance(path, int) else "/dev/null")
+        return any(p == r or p.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+    def hook(event, args):
+        if event == "open" or event in _WRITE_EVENTS:
+            for path in _writes(event, args):
+                if not isinstance(path, int) and not inside(path):
+                    raise PermissionError(f"hybrid-lab grader: writing {os.fsdecode(path)} is outside the "
+                                          f"submission's folder; graded code may write only there")
+
+    sys.addaudithook(hook)
+
+
+def write_roots(scratch) -> list[str]:
+    """Where graded code may write: its scratch folder and the per-user caches (matplotlib, IPython, triton, torch)."""
+    home = Path.home()
+    roots = [Path(scratch), home / ".cache", home / ".ipython", home / ".config" / "matplotlib", home / ".triton",
+             home / ".local" / "share" / "jupyter", Path(tempfile.gettempdir()) / "matplotlib"]
+    for var in ("MPLCONFIGDIR", "TRITON_CACHE_DIR", "IPYTHONDIR", "XDG_CACHE_HOME"):
+        if os.environ.get(var):
+            roots.append(Path(os.environ[var]))
+    return [str(r) for r in roots]
+
+
 @dataclass
 class CellRun:
     outputs: list
     error: tuple | None = None      # (ename, evalue) when the cell raised
+    verdicts: list = field(default_factory=list)   # what check(...) calls in this cell recorded (core.grading)
 
 
 def _kernel_manager(folder):
@@ -396,6 +521,11 @@ def run_cells(nb, cwd, timeout: int = 300, skip=()):
         on_notebook_start=lambda notebook: poll_in_slices(client.kc))
     # the kernel sees the environment a student's JupyterLab has: no headless matplotlib backend
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    log_file = Path(cwd) / "verdicts.jsonl"          # each check(...) appends its verdict (hybrid_lab.core.grading)
+    env[GRADE_LOG_ENV] = str(log_file)
+    env[ALLOW_ENV] = os.pathsep.join(write_roots(cwd))
+    env["TMPDIR"] = str(Path(cwd))                  # tempfile in graded code lands in the scratch folder
+    seen = 0
     kernel = contextlib.ExitStack()
     log_path = Path(cwd) / "kernel.log"  # the kernel process's own messages, not the student's terminal
     log = kernel.enter_context(open(log_path, "w"))
@@ -422,8 +552,10 @@ def run_cells(nb, cwd, timeout: int = 300, skip=()):
             err = errors.get(i)
             if err is None:
                 err = next((o for o in cell.outputs if o.output_type == "error"), None)
+            records = read_log(log_file)
             run = CellRun(list(cell.outputs),
-                          None if err is None else (err.get("ename", "Error"), err.get("evalue", "")))
+                          None if err is None else (err.get("ename", "Error"), err.get("evalue", "")), records[seen:])
+            seen = len(records)
             if i == setup:
                 if run.error:
                     raise CourseError(f"the grader could not prepare its kernel ({run.error[0]}: {run.error[1]}); "
@@ -432,8 +564,7 @@ def run_cells(nb, cwd, timeout: int = 300, skip=()):
             yield i, run
 
 
-# nbval's rules for comparing a cell's outputs (what `pytest --nbval` checks on the solutions), minus stderr
-NOT_COMPARED = {"image/png", "image/jpeg", "application/vnd.jupyter.widget-view+json"}
+# nbval's markers, as nbval reads them (a skipped cell is not run by the grader either)
 NBVAL_MARKERS = {"NBVAL_IGNORE_OUTPUT": ("check", False), "PYTEST_VALIDATE_IGNORE_OUTPUT": ("check", False),
                  "NBVAL_CHECK_OUTPUT": ("check", True), "NBVAL_RAISES_EXCEPTION": ("raises", True),
                  "NBVAL_SKIP": ("skip", True)}
@@ -446,75 +577,21 @@ def nbval_options(cell) -> dict:
     tags = {t.upper().replace("-", "_") for t in cell.get("metadata", {}).get("tags", []) or []}
     if "RAISES_EXCEPTION" in tags:
         tags.add("NBVAL_RAISES_EXCEPTION")
-    comments = {ln.strip().lstrip("#").strip() for ln in _source(cell).splitlines() if ln.strip().startswith("#")}
+    comments = {ln.strip().lstrip("#").strip() for ln in cell_source(cell).splitlines() if ln.strip().startswith("#")}
     for marker in (tags | comments) & set(NBVAL_MARKERS):
         key, value = NBVAL_MARKERS[marker]
         opts[key] = value
     return opts
 
 
-def _sanitizer():
-    """nbval's sanitizing with the repo's one sanitize file: regex -> replacement, applied to every text."""
-    pats = re.findall(r"^regex: (.*)$\n^replace: (.*)$", sanitize_file().read_text(), flags=re.M)
-
-    def clean(s):
-        if isinstance(s, str):
-            for regex, replace in pats:
-                s = re.sub(regex, replace, s)
-        return s
-
-    return clean
-
-
 def _stream(outputs, name: str) -> str:
     """One stream of a cell, its pieces joined, what a carriage return or a backspace overwrote dropped."""
-    text = "".join(_source({"source": o.get("text", "")}) for o in outputs
+    text = "".join(cell_source({"source": o.get("text", "")}) for o in outputs
                    if o.get("output_type") == "stream" and o.get("name") == name)
     old = None
     while old != text:
         old, text = text, re.sub("[^\n]\x08", "", text)
     return re.sub(r"(?m)^.*\r(?=[^\n])", "", text)
-
-
-def _data(outputs, clean) -> dict:
-    """{mime type: [value, ...]} of a cell's results and displays, images and widget models left out."""
-    d = {}
-    for o in outputs:
-        if o.get("output_type") in ("display_data", "execute_result"):
-            for k, v in o.get("data", {}).items():
-                if k not in NOT_COMPARED:
-                    d.setdefault(k, []).append(clean(_source({"source": v}) if isinstance(v, (str, list)) else v))
-    return d
-
-
-def line_diff(expected: str, got: str, label: str = "") -> list[str]:
-    """The lines that differ, each in full: 'expected: ...' / 'got: ...' pairs ('(no line)' for a missing one)."""
-    a, b = expected.splitlines(), got.splitlines()
-    tag = f" ({label})" if label else ""
-    out = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op == "equal":
-            continue
-        for k in range(max(i2 - i1, j2 - j1)):
-            out.append(f"expected{tag}: " + (a[i1 + k] if i1 + k < i2 else "(no line)"))
-            out.append(f"got{tag}:      " + (b[j1 + k] if j1 + k < j2 else "(no line)"))
-    return out
-
-
-def output_diff(ref_outputs, test_outputs, clean) -> list[str]:
-    """How a check cell's new outputs differ from the reference: stdout line by line, then other text results.
-    stderr (warnings, and whatever the student's code printed) is never compared."""
-    lines = line_diff(clean(_stream(ref_outputs, "stdout")), clean(_stream(test_outputs, "stdout")))
-    ref, new = _data(ref_outputs, clean), _data(test_outputs, clean)
-    for k in sorted(set(ref) | set(new)):
-        a, b = ref.get(k, []), new.get(k, [])
-        if a == b:
-            continue
-        if all(isinstance(v, str) for v in a + b):
-            lines += line_diff("\n".join(a), "\n".join(b), label=k) or [f"{k}: {len(a)} outputs expected, got {len(b)}"]
-        else:
-            lines.append(f"{k}: the displayed value differs")
-    return lines
 
 
 def _notes(outputs, ref_outputs) -> list[str]:
@@ -560,7 +637,7 @@ def _positions(nb) -> dict:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        m = HEADER.match((_source(cell).lstrip().splitlines() or [""])[0])
+        m = HEADER.match((cell_source(cell).lstrip().splitlines() or [""])[0])
         if m:
             key = m["id"]
             pos[key] = []
@@ -568,14 +645,17 @@ def _positions(nb) -> dict:
     return pos
 
 
-def _verdict(ex, cells, runs, ref_nb, clean, where) -> Row:
-    """Row of one exercise from its cells' runs. cells: notebook indices, the exercise cell first (none for setup)."""
+def _verdict(ex, cells, runs, ref_nb, where) -> Row:
+    """Row of one exercise from its cells' runs. cells: notebook indices, the exercise cell first (none for setup).
+
+    The verdict is the one the exercise's ``check(...)`` recorded in a cell *after* the exercise cell (a record made
+    while the student's own cell runs does not count); a cell that raises fails the row."""
     label = "setup" if ex is None else ex.id
     row = Row(label, 0 if ex is None else ex.points, True)
     if cells and not any(i in runs or nbval_options(ref_nb.cells[i])["skip"] for i in cells):
         row.passed, row.message = False, "not run: the grader stopped at the first failing exercise (-x)"
         return row
-    fails = []
+    fails, verdict = [], None
     for k, i in enumerate(cells):
         run = runs.get(i)
         name = (f"setup cell {k + 1}" if ex is None else
@@ -585,23 +665,31 @@ def _verdict(ex, cells, runs, ref_nb, clean, where) -> Row:
             if not nbval_options(ref_nb.cells[i])["skip"]:
                 fails.append((f"not run: the grader stopped before {name}", []))
             continue
-        row.notes += [n for n in _notes(run.outputs, ref_nb.cells[i].outputs) if n not in row.notes]
-        stub = _stub_of(run.error)
-        opts = nbval_options(ref_nb.cells[i])
-        if ex is not None and stub == ex.id:
-            why = run.error[1] if run.error[0] == "NotImplementedError" else f"{run.error[0]}: {run.error[1]}"
-            fails.append((f"not done yet: NotImplementedError: {why}, raised in {place}", []))
-        elif stub is not None:
-            fails.append((f"needs exercise {stub}, which is not done yet: NotImplementedError in {place}", []))
-        elif run.error and not (opts["raises"] and not (ex is not None and k == 0)):
-            fails.append((f"{place} raised {run.error[0]}: {run.error[1]}", []))
-        elif (ex is not None and k == 0) or not opts["check"]:
-            continue  # the exercise cell's own output is the student's; NBVAL_IGNORE_OUTPUT: never compared
-        else:
-            diff = output_diff(ref_nb.cells[i].outputs, run.outputs, clean)
-            if diff:
-                fails.append((f"{place} printed lines that differ:", diff))
+        row.notes = list(dict.fromkeys(row.notes + _notes(run.outputs, ref_nb.cells[i].outputs)))
+        if ex is not None and k > 0 and verdict is None:
+            verdict = next((r for r in run.verdicts if r["exercise"] == ex.id), None)
+            if verdict is not None:
+                verdict = dict(verdict, place=place)
+        judged_here = ex is not None and k > 0 and any(r["exercise"] == ex.id for r in run.verdicts)
+        if run.error and judged_here and run.error[0] == "TimeoutError":
+            continue                        # the check caught the interrupt and said so in its verdict
+        if run.error and not (nbval_options(ref_nb.cells[i])["raises"] and k > 0):
+            stub = _stub_of(run.error)
+            if stub is not None and stub == label:
+                fails.append((f"not done yet: NotImplementedError raised in {place}", []))
+            elif stub is not None:
+                fails.append((f"needs exercise {stub}, which is not done yet: NotImplementedError in {place}", []))
+            else:
+                fails.append((f"{place} raised {run.error[0]}: {run.error[1]}", []))
     row.notes.sort(key=lambda n: "Warning" not in n)  # warnings first, then what the student's code printed
+    if ex is not None and verdict is not None:
+        if verdict["status"] == "not_done":
+            fails.insert(0, (verdict["message"], []))
+        elif verdict["status"] == "fail":
+            fails.insert(0, (f"{verdict['place']}: {verdict['message']}", list(verdict["details"])))
+    elif ex is not None and not fails:
+        fails.append((f"no verdict: the check of exercise {ex.id} did not run (is check(\"{ex.id}\", ...) still in "
+                      f"the cell below your exercise?)", []))
     if fails:
         row.passed = False
         row.message, row.details = fails[0]
@@ -610,15 +698,17 @@ def _verdict(ex, cells, runs, ref_nb, clean, where) -> Row:
     return row
 
 
-def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: int = 300) -> list[Row]:
-    """Grade a student's notebook against solutions/. Returns one Row per exercise (and a 'setup' row on failure)."""
+def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: int = 300,
+          lab: str | None = None) -> list[Row]:
+    """Grade a student's notebook against solutions/ (lab ``lab``, e.g. "01", else found from the file name).
+    Returns one Row per exercise (and a 'setup' row on failure). ``timeout``: seconds per cell."""
     missing = missing_grade_deps()
     if missing:
         raise CourseError(f"grading needs the Python package(s) {', '.join(missing)}, not installed here; install "
                           f"the lab: {install_hint()}")
     student_path = Path(student_path)
     student = read_notebook(student_path)
-    sol_path = solution_path_for(student_path)
+    sol_path = solution_path_for(student_path, lab)
     sol = read_notebook(sol_path)
     merged = merge_student(student, sol, name=shown(student_path))
     exs = exercises(sol)
@@ -638,7 +728,7 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
     if not quiet:
         print(f"Grading {shown(student_path)}: your exercise cells with the checks of solutions/{sol_path.name}, in "
               f"a fresh kernel ...", flush=True)
-    clean, runs, rows = _sanitizer(), {}, []
+    runs, rows = {}, []
     end_of = {cells[-1]: n for n, (_, cells) in enumerate(ranges) if cells}
     with tempfile.TemporaryDirectory(prefix="hybrid_lab_grade_") as tmp:
         skip = {i for i in code_at if nbval_options(sol.cells[i])["skip"]}
@@ -646,10 +736,10 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
             runs[i] = run
             if fail_fast and (run.error or i in end_of):
                 n = next(n for n, (_, cells) in enumerate(ranges) if i in cells)
-                if not _verdict(*ranges[n], runs, sol, clean, where).passed:
+                if not _verdict(*ranges[n], runs, sol, where).passed:
                     break
     for ex, cells in ranges:
-        row = _verdict(ex, cells, runs, sol, clean, where)
+        row = _verdict(ex, cells, runs, sol, where)
         if ex is not None or not row.passed:
             rows.append(row)
     if not quiet:
@@ -686,47 +776,5 @@ def fill_with_solutions(lab_nb, sol_nb):
     sol_code = [c for c in sol_nb.cells if c.cell_type == "code"]
     lab_code = [c for c in filled.cells if c.cell_type == "code"]
     for e in exercises(sol_nb):
-        lab_code[e.cell].source = _source(sol_code[e.cell])
+        lab_code[e.cell].source = cell_source(sol_code[e.cell])
     return filled
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hybrid_lab.course", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("execute", help="run solution notebooks in place and store their outputs")
-    p.add_argument("paths", nargs="+")
-    p = sub.add_parser("build", help="regenerate labs/ from solutions/")
-    p.add_argument("paths", nargs="*")
-    sub.add_parser("check", help="exit 1 if labs/ is out of sync with solutions/")
-    p = sub.add_parser("grade", help="grade a student's lab notebook")
-    p.add_argument("path")
-    p.add_argument("-x", "--fail-fast", action="store_true", help="stop at the first failing exercise")
-    a = ap.parse_args(argv)
-    try:
-        return _run(a)
-    except CourseError as exc:
-        print(f"hybrid-lab: {exc}", file=sys.stderr)
-        return 2
-
-
-def _run(a) -> int:
-    if a.cmd == "execute":
-        for path in a.paths:
-            execute(path)
-            print(f"executed {path}")
-        return 0
-    if a.cmd == "build":
-        for path in build(a.paths or None):
-            print(f"wrote {path.relative_to(repo_root())}")
-        return 0
-    if a.cmd == "check":
-        bad = out_of_sync()
-        print("labs/ in sync with solutions/" if not bad else
-              "out of sync: " + ", ".join(bad) + "; regenerate them: hybrid-lab build")
-        return 1 if bad else 0
-    rows = grade(a.path, fail_fast=a.fail_fast)
-    return 0 if all(r.passed for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

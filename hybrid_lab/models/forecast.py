@@ -38,7 +38,7 @@ from hybrid_lab.ops.sparse_attention import topk_indices
 __all__ = [
     "rest_bucket_partition", "rest_bucket_kl", "teacher_topk", "candidate_mask", "pool_fine_to_coarse", "teacher_scores",
     "forecast_logits", "init_params", "SyntheticModel", "SyntheticData", "TrainSetup", "make_setup", "forecast_loss_and_grad",
-    "train_forecast", "oracle_blocks", "evaluate_selectors", "teacher_needle_hits", "PAPER_TEACHER_ABLATION",
+    "train_step", "train_forecast", "oracle_blocks", "evaluate_selectors", "teacher_needle_hits", "PAPER_TEACHER_ABLATION",
     "COARSE", "FINE",
 ]
 
@@ -474,11 +474,26 @@ def train_forecast(model: SyntheticModel, setup: TrainSetup, steps: int = 150, l
     if show_progress:
         it = progress(it, total=steps, desc=f"train ({setup.extra.get('kind', '')} teacher)")
     for _ in it:
-        loss, grads = forecast_loss_and_grad(params, setup)
-        clip_grad_norm(grads, max_norm)
-        opt.step(grads)
+        loss, _ = train_step(params, setup, opt, max_norm)
         hist.append(loss)
     return params, {"loss": np.array(hist)}
+
+
+def train_step(params: dict, setup: TrainSetup, opt: Adam, max_norm: float = 0.5):
+    """One step of :func:`train_forecast`: the loss and its gradient (:func:`forecast_loss_and_grad`), the
+    gradients clipped to a global L2 norm of at most ``max_norm`` (over all projections together), then one step
+    of ``opt`` (an :class:`~hybrid_lab.core.optim.Adam` over ``params``, which it updates in place).
+
+    Returns (loss, grads): the loss before the step and the gradients as computed, before clipping.
+    """
+    if not isinstance(opt, Adam) or opt.params is not params:
+        raise ValueError("opt must be the Adam optimizer of params (Adam(params, ...))")
+    max_norm = checks.positive_number("max_norm", max_norm)
+    loss, grads = forecast_loss_and_grad(params, setup)
+    clipped = {name: g.copy() for name, g in grads.items()}
+    clip_grad_norm(clipped, max_norm)
+    opt.step(clipped)
+    return loss, grads
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -373,23 +373,85 @@ class HySparse2:
     def _count(self, name, n):
         self.trace[name] = self.trace.get(name, 0) + int(n)
 
+    # ------------------------------------------------------------------- per-layer building blocks (public)
+    # The per-layer math of the model, for code that orchestrates the layers and caches itself (notebook 06's
+    # decode step). They read weights only: no cache is read or written here.
+    def _layer(self, layer) -> str:
+        if not isinstance(layer, str) or layer not in dict(self.cfg.layers):
+            raise ValueError(f"layer must be a layer name of cfg.layers ('self.0', 'cross.0.fa', 'cross.0.sa.0', "
+                             f"...), got {layer!r}")
+        return layer
+
+    def layer_input(self, layer: str, h, pos=None):
+        """The attention inputs of one layer for T rows: x = RMSNorm(h) and its projections.
+
+        layer: a name of ``cfg.layers``; h: (T, d_model) the layer's input hidden state; pos: (T,) absolute
+        positions, needed by the self SWA layers (partial RoPE on q and k; the FA layers are NoPE).
+        Returns (x (T, d_model), q (T, Hq, d_qk), k (T, Hkv, d_qk), v (T, Hkv, d_v)); k and v are None for a
+        cross layer (it has no K/V projection of its own: it reads its group's bridged KV).
+        """
+        cfg, layer = self.cfg, self._layer(layer)
+        h = checks.finite_array("h", h, 2, "(T, d_model)")
+        T, p = h.shape[0], layer + "."
+        x = rms_norm(h)
+        q = (x @ self._w(p + "attn.wq")).reshape(T, cfg.n_heads_q, cfg.d_qk)
+        if layer.startswith("cross."):
+            return x, q, None, None
+        k = (x @ self._w(p + "attn.wk")).reshape(T, cfg.n_heads_kv, cfg.d_qk)
+        v = (x @ self._w(p + "attn.wv")).reshape(T, cfg.n_heads_kv, cfg.d_v)
+        if layer != f"self.{cfg.self_swa_before}":                        # a self SWA layer: partial RoPE
+            if pos is None:
+                raise ValueError(f"pos: the self SWA layer {layer!r} rotates q and k by RoPE, pass the (T,) "
+                                 f"absolute positions")
+            pos = checks.int_array("pos", np.atleast_1d(pos), 1, f"(T={T},)", lo=0)
+            if pos.shape != (T,):
+                raise ValueError(f"pos must have shape (T={T},), got {pos.shape}")
+            q = apply_rope(q, pos, cfg.rope_dims, cfg.rope_base)
+            k = apply_rope(k, pos, cfg.rope_dims, cfg.rope_base)
+        return x, q, k, v
+
+    def layer_output(self, layer: str, h, x, o):
+        """The rest of one layer after its attention: sigmoid output gate (SWA and SA layers), output
+        projection, residual, then the MLP with its residual. h, x: (T, d_model) (x from :meth:`layer_input`);
+        o: (T, Hq, d_v) the attention output. Returns the layer's output hidden state (T, d_model)."""
+        layer, p = self._layer(layer), layer + "."
+        o = self._gate(p, x, o)
+        h = h + o.reshape(h.shape[0], -1) @ self._w(p + "attn.wo")
+        return self._mlp(p, h)
+
+    def sink(self, layer: str):
+        """The per-head sink logits (Hq,) of a SWA / SA layer, None for FA layers (and with ``cfg.sinks`` off)."""
+        layer = self._layer(layer)
+        return self.weights.get(layer + ".attn.sink") if self.cfg.sinks else None
+
+    def bridge_kv(self, g: int, src):
+        """KV bridging: cross group g's own K/V projections of its source hidden state src (T, d_model) (the
+        self FA's input, or the boundary state; RMSNorm applied here). Returns (k (T, Hkv, d_qk), v (T, Hkv, d_v))."""
+        cfg = self.cfg
+        g = checks.int_in("g", g, 0, cfg.n_groups)
+        src = checks.finite_array("src", src, 2, "(T, d_model)")
+        xs = rms_norm(src)
+        return ((xs @ self._w(f"bridge.{g}.wk")).reshape(len(src), cfg.n_heads_kv, cfg.d_qk),
+                (xs @ self._w(f"bridge.{g}.wv")).reshape(len(src), cfg.n_heads_kv, cfg.d_v))
+
+    def logits(self, h):
+        """The LM head: RMSNorm then the output projection. h: (T, d_model) -> (T, vocab)."""
+        return rms_norm(h) @ self._w("lm_head")
+
     def _run_self(self, tokens, cache: HySparse2Cache):
         """Self-decoder on new positions (continuing ``cache`` in place) + bridging. Returns boundary rows (T, D)."""
         cfg = self.cfg
         T = len(tokens)
-        Hq, Hkv, dk, dv = cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+        Hkv, dk = cfg.n_heads_kv, cfg.d_qk
         scale = dk ** -0.5
         q_pos = cache.pos + np.arange(T)
         h = self._w("embed")[tokens]
         fa_input = None
         swa_i = 0
         for i in range(cfg.n_self):
-            p = f"self.{i}."
-            x = rms_norm(h)
-            q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
-            k = (x @ self._w(p + "attn.wk")).reshape(T, Hkv, dk)
-            v = (x @ self._w(p + "attn.wv")).reshape(T, Hkv, dv)
-            sink = self.weights.get(p + "attn.sink") if cfg.sinks else None
+            name = f"self.{i}"
+            x, q, k, v = self.layer_input(name, h, q_pos)                # SWA: partial RoPE applied; FA: NoPE
+            sink = self.sink(name)
             if i == cfg.self_swa_before:                                 # the self FA (NoPE), bridge source
                 fa_input = h
                 cache.self_fa.append(k, v)
@@ -397,8 +459,6 @@ class HySparse2:
                 mask = kpos[None, :] <= q_pos[:, None]
                 o, _ = masked_attention(q, cache.self_fa.k, cache.self_fa.v, mask, scale)
             else:                                                        # SWA with partial RoPE over its window
-                q = apply_rope(q, q_pos, cfg.rope_dims, cfg.rope_base)
-                k = apply_rope(k, q_pos, cfg.rope_dims, cfg.rope_base)
                 win = cache.self_swa[swa_i]
                 kk, vv = np.concatenate([win.k, k]), np.concatenate([win.v, v])   # contiguous positions from k0
                 k0 = cache.pos - len(win)
@@ -408,14 +468,10 @@ class HySparse2:
                 o = sparse_attention(q[None], kk[None], vv[None], band[None], scale=scale, sink=sink)[0]
                 win.append(k, v, q_pos)
                 swa_i += 1
-            o = self._gate(p, x, o)
-            h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
-            h = self._mlp(p, h)
-            self._count(f"self.{i}", T)
+            h = self.layer_output(name, h, x, o)
+            self._count(name, T)
         for g, src in enumerate(cfg.sources):                           # KV bridging: projections only
-            xs = rms_norm(fa_input if src == "self_fa_input" else h)
-            cache.cross[g].append((xs @ self._w(f"bridge.{g}.wk")).reshape(T, Hkv, dk),
-                                  (xs @ self._w(f"bridge.{g}.wv")).reshape(T, Hkv, dv))
+            cache.cross[g].append(*self.bridge_kv(g, fa_input if src == "self_fa_input" else h))
             self._count(f"bridge.{g}", T)
         cache.pos += T
         cache.boundary = h[-1].copy()
@@ -435,8 +491,7 @@ class HySparse2:
             if len(cache.cross[g]) <= q_pos[-1]:
                 raise ValueError(f"cross cache {g} holds {len(cache.cross[g])} positions, query at {q_pos[-1]}")
             p = f"cross.{g}.fa."
-            x = rms_norm(h)
-            q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
+            x, q, _, _ = self.layer_input(p[:-1], h)
             if T == 1 and q_pos[0] == len(K) - 1 and details is None:   # decode / early exit: the swappable op
                 o, top = fa_decode_topk(q, K[None], V[None], cfg.topk, cfg.window, scale)
                 idx = with_forced_window(top, q_pos, cfg.window)
@@ -447,27 +502,26 @@ class HySparse2:
                     details.setdefault("scores", []).append(score)
             if details is not None:
                 details.setdefault("idx", []).append(idx)
-            h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
-            h = self._mlp(p, h)
+            h = self.layer_output(p[:-1], h, x, o)
             self._count(f"cross.{g}.fa", T)
             for j in range(cfg.group_size - 1):
                 p = f"cross.{g}.sa.{j}."
-                x = rms_norm(h)
-                q = (x @ self._w(p + "attn.wq")).reshape(T, Hq, dk)
-                sink = self.weights.get(p + "attn.sink") if cfg.sinks else None
-                o = sparse_attention(q[None], K[None], V[None], idx[None], scale=scale, sink=sink)[0]
-                o = self._gate(p, x, o)
+                x, q, _, _ = self.layer_input(p[:-1], h)
+                o = sparse_attention(q[None], K[None], V[None], idx[None], scale=scale, sink=self.sink(p[:-1]))[0]
                 if cfg.cross_swa_window:                                  # v1-style branch: OWN KV from these rows
+                    o = self._gate(p, x, o)
                     kl = (x @ self._w(p + "swa.wk")).reshape(T, Hkv, dk)
                     vl = (x @ self._w(p + "swa.wv")).reshape(T, Hkv, dv)
                     ql = (x @ self._w(p + "swa.wq")).reshape(T, Hq, dk)
                     mask = (q_pos[None, :] <= q_pos[:, None]) & (q_pos[None, :] > q_pos[:, None] - cfg.cross_swa_window)
                     ol, _ = masked_attention(ql, kl, vl, mask, scale)
                     o = o + ol * sigmoid(x @ self._w(p + "swa.wg")).reshape(ol.shape)
-                h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
-                h = self._mlp(p, h)
+                    h = h + o.reshape(T, Hq * dv) @ self._w(p + "attn.wo")
+                    h = self._mlp(p, h)
+                else:
+                    h = self.layer_output(p[:-1], h, x, o)
                 self._count(p[:-1], T)
-        return rms_norm(h) @ self._w("lm_head")
+        return self.logits(h)
 
     # ------------------------------------------------------------------------------------------- public API
     def prefill_self(self, tokens, cache: HySparse2Cache | None = None) -> HySparse2Cache:

@@ -235,6 +235,39 @@ class LightningIndexer:
         return loss, grads
 
 
+def optimizer_step(params: dict, grads: dict, lr: float, clip: float | None = None, opt: Adam | None = None) -> None:
+    """One update of ``params`` in place, as every step of :func:`train_indexer` makes it.
+
+    params, grads: {name: float array}, same keys and shapes (``LightningIndexer.params`` and the grads of
+    ``loss_and_grads``). First the gradients are scaled in place so that their *global* L2 norm (all parameters
+    together) is at most ``clip`` (None: not scaled); then ``opt.step(grads)`` when ``opt`` is given (an
+    :class:`Adam` over ``params``, with its own lr), else plain gradient descent ``params[name] -= lr * grads[name]``.
+    """
+    lr = checks.positive_number("lr", lr)
+    if clip is not None:
+        clip = checks.positive_number("clip", clip)
+    if not isinstance(params, dict) or not params or not isinstance(grads, dict) or set(params) != set(grads):
+        raise ValueError(f"params and grads must be non-empty dicts with the same keys, got "
+                         f"{sorted(params) if isinstance(params, dict) else type(params).__name__} and "
+                         f"{sorted(grads) if isinstance(grads, dict) else type(grads).__name__}")
+    for name, P in params.items():                 # everything checked before anything is touched
+        g = grads[name]
+        if not isinstance(P, np.ndarray) or P.dtype.kind != "f" or not np.isfinite(P).all():
+            raise ValueError(f"params[{name!r}] must be a finite float numpy array (updated in place)")
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or g.shape != P.shape or not np.isfinite(g).all():
+            raise ValueError(f"grads[{name!r}] must be a finite float array of shape {P.shape}, got "
+                             f"{getattr(g, 'shape', type(g).__name__)} {getattr(g, 'dtype', '')}".rstrip())
+    if opt is not None and (not isinstance(opt, Adam) or opt.params is not params):
+        raise ValueError("opt must be an Adam over these params (or None for plain gradient descent)")
+    if clip is not None:
+        clip_grad_norm(grads, clip)
+    if opt is not None:
+        opt.step(grads)
+        return
+    for name, g in grads.items():
+        params[name] -= lr * g
+
+
 def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 300, lr: float = 1e-2,
                   optimizer: str = "adam", clip: float | None = 1.0, stage: str = "dense", topk: int | None = None,
                   q_pos=None, show_progress: bool = True, desc: str = "training indexer") -> dict:
@@ -266,13 +299,7 @@ def train_indexer(indexer: LightningIndexer, x_queries, x_keys, p, steps: int = 
             if not np.isfinite(loss) or not all(np.isfinite(g).all() for g in grads.values()):
                 history["diverged"] = True
                 break
-            if clip is not None:
-                clip_grad_norm(grads, clip)
-            if opt is not None:
-                opt.step(grads)
-            else:
-                for name, g in grads.items():
-                    indexer.params[name] -= lr * g
+            optimizer_step(indexer.params, grads, lr, clip=clip, opt=opt)
     if hasattr(it, "close"):
         it.close()
     return history

@@ -37,6 +37,11 @@ Policies (one interface: :func:`make_cache` -> an object with ``serve(request)``
 Pure attention (no SSM layer): any matched prefix is a hit and eviction trims a leaf's tail only as far as needed
 (KV can be cut anywhere), so the policies nearly coincide.
 
+The two decisions can be handed to the cache as functions (the notebook's exercises): ``admit_fn`` with the
+signature of :func:`marconi_admission` (where to save states, from the walk of the input) and ``evict_fn`` with the
+signature of :func:`marconi_evict` (which nodes to drop, through a :class:`TreeView`); by default the cache decides
+itself, exactly as these two functions do.
+
 What a node holds is given by a state model (:mod:`hybrid_lab.serving.state_models`): ``ByteModel`` (sizes and
 FLOPs only, from :mod:`hybrid_lab.costs.shape7b`: fast 7B-scale sweeps) or ``RealModel`` (the mini hybrid's actual
 KV and SSM states; every hit is restored and checked against recomputation). The nodes themselves live in a
@@ -50,7 +55,7 @@ import numpy as np
 
 from hybrid_lab.core.checks import finite_array, int_in, nonneg_number
 from hybrid_lab.core.progress import progress
-from hybrid_lab.serving.eviction import node_scores
+from hybrid_lab.serving.eviction import eviction_scores, node_scores
 from hybrid_lab.serving.node_store import ROOT, NodeStore
 from hybrid_lab.serving.state_models import ByteModel
 from hybrid_lab.serving.workloads import Request, token_ids, validate_trace
@@ -183,16 +188,30 @@ class RadixCache(PrefixCache):
     capacity: bytes; model: ByteModel / RealModel; alpha >= 0; policy: the name reported ("sglang+" / "marconi",
     default from α). ``score_fn(last_access, saved_flops, nbytes, alpha) -> scores`` (lowest evicted) replaces
     :func:`hybrid_lab.serving.eviction.eviction_scores` (the notebook's exercise).
+
+    Hooks (the notebook's exercises; None: the cache's own decisions, which equal these functions'):
+    ``admit_fn(n_input, n_tokens, m, inside_edge, node_children, node_has_state) -> positions`` replaces Marconi's
+    admission (see :func:`marconi_admission`); ``evict_fn(tree, bytes_to_free, alpha)`` replaces the eviction loop
+    (see :func:`marconi_evict`; hybrid models only, and ``score_fn`` is then not used).
     """
 
     def __init__(self, capacity: float, model: ByteModel | None = None, alpha: float = 0.0, score_fn=None,
-                 policy: str | None = None):
+                 policy: str | None = None, admit_fn=None, evict_fn=None):
         super().__init__(capacity, model)
         self.alpha = alpha
         if score_fn is not None and not callable(score_fn):
             raise ValueError(f"score_fn must be a function (last_access, saved_flops, nbytes, alpha) -> scores or "
                              f"None, got {score_fn!r}")
         self.score_fn = node_scores if score_fn is None else score_fn
+        if admit_fn is not None and not callable(admit_fn):
+            raise ValueError(f"admit_fn must be a function (n_input, n_tokens, m, inside_edge, node_children, "
+                             f"node_has_state) -> positions or None, got {admit_fn!r}")
+        if evict_fn is not None and not callable(evict_fn):
+            raise ValueError(f"evict_fn must be a function (tree, bytes_to_free, alpha) or None, got {evict_fn!r}")
+        if evict_fn is not None and not self.model.needs_state:
+            raise ValueError("evict_fn needs a hybrid model (pure attention trims leaves token by token); this model "
+                             "has no SSM layer")
+        self.admit_fn, self.evict_fn = admit_fn, evict_fn
         if policy is not None and policy not in ("sglang+", "marconi"):
             raise ValueError(f"policy must be 'sglang+', 'marconi' or None, got {policy!r}")
         self.policy = policy or ("sglang+" if self.alpha == 0 else "marconi")
@@ -225,13 +244,19 @@ class RadixCache(PrefixCache):
         hit, used = self._reuse(path, m, split_node, split_at, now)
 
         # 2. admit (Marconi §4.1), pure-input sharing: speculative insertion finds a new branch point, if any
-        branch = self._speculative_insertion(path, m, split_node, n_in)
+        n = len(tokens)
+        if self.admit_fn is None:
+            branch = self._speculative_insertion(path, m, split_node, n_in)
+            positions = ([branch] if branch is not None else []) + [n]
+        else:
+            positions = self._admit_hook(path, m, split_node, n_in, n, hit)
+            branch = next((p for p in positions if p < n), None)
         final = snaps = None
         if self.model.real:                              # restore + verify the hit, prefill the rest, snapshot
-            final, snaps = self._run_model(tokens, hit, used, [len(tokens)] + ([branch] if branch is not None else []))
+            final, snaps = self._run_model(tokens, hit, used, positions)
 
         # 2. admit, input + output sharing: insert the whole sequence; states at the branch and the last token
-        added = self._insert(tokens, branch, now, final, snaps)
+        added = self._insert(tokens, positions, now, final, snaps)
         self._record(req, n_in, hit, branch, added)
 
         # 3. evict until the cache fits (Marconi §4.2)
@@ -316,41 +341,61 @@ class RadixCache(PrefixCache):
             return m                                     # a state-less split point becomes a branch
         return None
 
-    def _insert(self, tokens, branch, now, final, snaps):
-        """Insert the whole sequence (input + output); admit the state at ``branch`` (speculative insertion) and at
-        the last token. Returns the positions of the states admitted."""
+    def _admit_hook(self, path, m, split_node, n_in, n, hit) -> list:
+        """``admit_fn``'s positions for this request: checked, sorted, without repeats."""
+        if split_node >= 0:
+            inside, children, has_state = True, 0, False
+        else:
+            last = path[-1] if path else ROOT
+            inside, children, has_state = False, int(self.nodes.n_children[last]), bool(self.nodes.has_state[last])
+        out = self.admit_fn(n_in, n, m, inside, children, has_state)
+        try:
+            out = list(out)
+            pos = sorted({int(p) for p in out})
+            ok = all(float(p) == int(p) for p in out)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok or (pos and not 1 <= pos[0] <= pos[-1] <= n):
+            raise ValueError(f"admit_fn must return a list of positions (integers in [1, n_tokens = {n}]), got "
+                             f"{out!r}")
+        if self.model.real and pos and pos[0] <= hit:
+            raise ValueError(f"admit_fn: with the real model every position must lie after the hit ({hit}), got {pos}")
+        return pos
+
+    def _insert(self, tokens, positions, now, final, snaps):
+        """Insert the whole sequence (input + output) and admit the SSM states at ``positions`` (ascending, in
+        [1, len(tokens)]: Marconi's are the branch point found by speculative insertion and the last token). Returns
+        the positions of the states admitted (those the tree did not hold yet)."""
         nodes = self.nodes
         n = len(tokens)
         node, pos = ROOT, 0
         added = []
-        while True:
-            if branch is not None and pos == branch and node != ROOT:
-                if self._add_state(node, now, snaps=snaps, pos=branch):
-                    added.append(branch)
-            if pos == n:
-                break
-            c = nodes.children[node].get(int(tokens[pos]))
-            if c is None:                                # a new leaf for the rest of the sequence
-                node, pos = self._new_leaf(node, tokens, pos, now, final), n
+        for target in list(positions) + ([n] if not positions or positions[-1] < n else []):
+            while pos < target:
+                c = nodes.children[node].get(int(tokens[pos]))
+                if c is None:                            # a new leaf for the tokens up to the target
+                    node, pos = self._new_leaf(node, tokens, pos, now, final, stop=target), target
+                    break
+                e = int(nodes.edge_len[c])
+                lim = min(e, target - pos)
+                neq = np.flatnonzero(nodes.edge(c)[:lim] != tokens[pos: pos + lim])
+                stop = int(neq[0]) if neq.size else lim
+                if stop == e:
+                    node, pos = c, pos + e
+                    continue
+                node, pos = self._split(c, stop), pos + stop
+            if target not in positions or node == ROOT:
                 continue
-            e = int(nodes.edge_len[c])
-            lim = min(e, n - pos)
-            neq = np.flatnonzero(nodes.edge(c)[:lim] != tokens[pos: pos + lim])
-            stop = int(neq[0]) if neq.size else lim
-            if branch is not None and pos < branch < pos + stop:
-                stop = branch - pos
-            if stop == e:
-                node, pos = c, pos + e
-                continue
-            node, pos = self._split(c, stop), pos + stop
-        if node != ROOT and self._add_state(node, now, final=final):
-            added.append(n)
+            new = (self._add_state(node, now, final=final) if target == n
+                   else self._add_state(node, now, snaps=snaps, pos=target))
+            if new:
+                added.append(target)
         return added
 
-    def _new_leaf(self, parent, tokens, pos, now, final) -> int:
-        """A new leaf under ``parent`` holding tokens[pos:] (and their KV); returns its id."""
+    def _new_leaf(self, parent, tokens, pos, now, final, stop=None) -> int:
+        """A new leaf under ``parent`` holding tokens[pos:stop] (default: to the end; and their KV); returns its id."""
         nodes = self.nodes
-        n = len(tokens)
+        n = len(tokens) if stop is None else stop
         leaf = nodes.new()
         nodes.children[leaf] = {}
         nodes.parent[leaf] = parent
@@ -407,6 +452,15 @@ class RadixCache(PrefixCache):
 
     # 3. evict ----------------------------------------------------------------------------------------------
     def _evict_until(self, limit):
+        if self.evict_fn is not None:
+            if self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
+                need = self.bytes_held - limit
+                self.evict_fn(TreeView(self), need, self._alpha)
+                if self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
+                    raise ValueError(f"evict_fn freed {need - (self.bytes_held - limit):.0f} of the {need:.0f} bytes "
+                                     f"to free: evict until at least bytes_to_free bytes are freed (or the tree is "
+                                     f"empty)")
+            return
         while self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
             v = self._pick_victim()
             if not self.model.needs_state and self.nodes.n_children[v] == 0 and self.kv_bytes_per_token > 0:
@@ -522,6 +576,127 @@ class RadixCache(PrefixCache):
                 assert nodes.end[c] - nodes.edge_len[c] == nodes.end[i]
                 assert int(nodes.edge(c)[0]) == key
                 assert np.array_equal(nodes.tokens[c][: nodes.end[i]], nodes.prefix(i)) if i else True
+
+
+# ---------------------------------------------------------------------------------------------------- the decisions
+def marconi_admission(n_input: int, n_tokens: int, m: int, inside_edge: bool, node_children: int,
+                      node_has_state: bool) -> list:
+    """Marconi's admission (§4.1) for one request: the positions where the cache saves SSM states while serving it.
+
+    The walk of the request's input (``n_input`` tokens) down the tree matched ``m`` tokens and stopped either midway
+    along an edge (``inside_edge``: inserting the input would split the edge there) or exactly at the end of a node
+    (the root when m = 0) with ``node_children`` children, holding a state or not (``node_has_state``); inside an
+    edge there is no node at m yet (0, False). The request's sequence, input + output, has ``n_tokens`` tokens.
+
+    Speculative insertion: if inserting the input creates a new branch node (a split inside an edge, or one more
+    child for a node that has children) at a position 0 < m < n_input that holds no state, that is a prefix several
+    requests share: checkpoint it (pure-input sharing). Then the state at the last decoded token, n_tokens (input +
+    output sharing). Returns the ascending list of positions; the cache skips those where it already holds a state.
+    """
+    branch = 0 < m < n_input and (inside_edge or (node_children >= 1 and not node_has_state))
+    return ([m] if branch else []) + [n_tokens]
+
+
+class TreeView:
+    """What an eviction function (``RadixCache(evict_fn=...)``, :func:`marconi_evict`) sees of the tree.
+
+    Columns over the live nodes, root excluded, ids ascending (arrays (n,), fresh copies, read again after every
+    :meth:`evict`): ``ids``, ``last_access`` (clock of the last request that used the node), ``end`` (prefix length
+    at the node), ``edge_len`` (tokens on the edge from its parent: the KV it holds), ``has_state``, ``n_children``.
+    ``kv_bytes_per_token``, ``state_bytes``: the model's sizes; ``flops(L)``: prefill FLOPs of prefixes of L tokens.
+    ``evict(node_id)`` drops a node with at most one child and returns the bytes freed: a leaf frees its KV and its
+    state, a node with one child frees only its state (its KV merges into the child); a parent left without a state
+    and without children (or with one child) goes with it.
+    """
+
+    def __init__(self, cache: RadixCache):
+        self._cache = cache
+        self.kv_bytes_per_token = cache.kv_bytes_per_token
+        self.state_bytes = cache.state_bytes
+        self._ids = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _col(self, name):
+        return getattr(self._cache.nodes, name)[self.ids]
+
+    @property
+    def ids(self) -> np.ndarray:
+        if self._ids is None:
+            self._ids = self._cache.nodes.live()
+        return self._ids.copy()
+
+    @property
+    def last_access(self) -> np.ndarray:
+        return self._col("last_access")
+
+    @property
+    def end(self) -> np.ndarray:
+        return self._col("end")
+
+    @property
+    def edge_len(self) -> np.ndarray:
+        return self._col("edge_len")
+
+    @property
+    def has_state(self) -> np.ndarray:
+        return self._col("has_state")
+
+    @property
+    def n_children(self) -> np.ndarray:
+        return self._col("n_children")
+
+    def flops(self, lengths) -> np.ndarray:
+        """Prefill FLOPs of prefixes of these lengths (ints >= 0), the shape of ``lengths``."""
+        L = np.asarray(lengths)
+        if L.dtype.kind not in "iu" or (L.size and L.min() < 0):
+            raise ValueError(f"lengths must be integers >= 0, got {lengths!r}")
+        return self._cache._prefill_flops(L) if L.size else np.zeros(L.shape)
+
+    def evict(self, node) -> float:
+        """Drop ``node`` (an id from ``ids`` with at most one child); returns the bytes freed."""
+        c = self._cache
+        nodes = c.nodes
+        try:
+            v = nodes.check_id(node)
+        except ValueError as e:
+            raise ValueError(f"tree.evict({node!r}): {e}") from None
+        nc = int(nodes.n_children[v])
+        if nc > 1:
+            raise ValueError(f"tree.evict({v}): node {v} has {nc} children; a branch point (a prefix several "
+                             f"requests share) is never evicted")
+        entry = {"node": v, "nchild": nc, "t": float(nodes.last_access[v]), "end": int(nodes.end[v]),
+                 "edge_len": int(nodes.edge_len[v]), "clock": c.clock}
+        before = c.bytes_held
+        c._evict(v)
+        self._ids = None
+        if c.eviction_log is not None:
+            c.eviction_log.append({**entry, "freed": before - c.bytes_held})
+        return before - c.bytes_held
+
+
+def marconi_evict(tree: TreeView, bytes_to_free: float, alpha: float) -> None:
+    """Marconi's eviction (§4.2): drop nodes until at least ``bytes_to_free`` bytes are freed (or the tree is empty).
+
+    Each round scores every node of the tree as it is now, S = recency + α · FLOP efficiency (both min-max
+    normalized over all nodes, :func:`hybrid_lab.serving.eviction.eviction_scores`), with FLOPs saved relative to
+    the parent (F(end) - F(end - edge_len)) and bytes held (edge KV + the state, if any), and evicts the candidate
+    (at most one child) with the lowest score. Ties (within 1e-12 · max(1, |lowest|)) go to the deeper node (larger
+    ``end``), then to the lower id. Scores are recomputed after every eviction: the tree has changed (a parent may
+    have become a candidate, a child has absorbed its parent's KV, the normalization's range moved).
+    """
+    freed = 0.0
+    while freed < bytes_to_free and len(tree):
+        end, edge = tree.end, tree.edge_len
+        saved = tree.flops(end) - tree.flops(end - edge)
+        nbytes = edge * float(tree.kv_bytes_per_token) + tree.has_state * float(tree.state_bytes)
+        score = eviction_scores(tree.last_access, saved, nbytes, alpha)
+        cand = np.flatnonzero(tree.n_children <= 1)
+        sc = score[cand]
+        best = sc.min()
+        ties = cand[sc <= best + 1e-12 * max(1.0, abs(best))]
+        freed += tree.evict(tree.ids[ties[np.argmax(end[ties])]])
 
 
 # ---------------------------------------------------------------------------------------------------- vLLM+ blocks

@@ -13,6 +13,7 @@ from hybrid_lab.costs import ledger
 from hybrid_lab.costs.shape7b import GQA_7B, HYBRID_7B, TRANSFORMER_7B, check_layout
 from hybrid_lab.models.hybrid import reusable_prefix
 from hybrid_lab.ops.ssm import survival
+from hybrid_lab.widgets.static import with_picture
 
 
 def _plt():
@@ -103,6 +104,7 @@ def three_costs_figure(L: int, models=DEFAULT_MODELS):
     return fig
 
 
+@with_picture
 def three_costs_explorer(models=DEFAULT_MODELS):
     """An L slider (powers of two): the three costs of each model and the decode batch that fits in 80 GB."""
     import ipywidgets as w
@@ -170,6 +172,7 @@ def lti_vs_selective(length: int, content, dt: float = 0.5, A: float = -1.0):
     return float(lti), float(sel)
 
 
+@with_picture
 def survival_explorer(length: int = 64):
     """Δ and A sliders: how much of an early token is still in the state after `length` steps."""
     import ipywidgets as w
@@ -243,6 +246,7 @@ def reuse_figure(shared: int, chunk_size: int, old_len: int = 60):
     return fig
 
 
+@with_picture
 def reuse_explorer(old_len: int = 60):
     """Shared-prefix and chunk-size sliders: tokens reused under each snapshot strategy."""
     import ipywidgets as w

@@ -12,6 +12,7 @@ from hybrid_lab.costs.dsa_cost import DEEPSEEK_V32, DSAConfig, decode_bytes, dec
 from hybrid_lab.models.attention_stats import attention_probs, oracle_topk, topk_mass, topk_output_error
 from hybrid_lab.models.lightning_indexer import topk_recall
 from hybrid_lab.models.tiny_llm import concentrated_attention
+from hybrid_lab.widgets.static import with_picture
 
 
 def _plt():
@@ -167,6 +168,7 @@ def plot_topk_explorer(stats: dict, title: str = ""):
     return fig
 
 
+@with_picture
 def topk_explorer(indexer=None, concentrations=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0), ks=(32, 64, 128, 256, 512, 1024)):
     """ipywidgets: concentration and k sliders -> :func:`topk_explorer_data` bars + one printed line."""
     import ipywidgets as W
@@ -234,6 +236,7 @@ def plot_roofline(L: int | None = None, cfg: DSAConfig = DEEPSEEK_V32, L_max: in
     return fig
 
 
+@with_picture
 def roofline_explorer(cfg: DSAConfig = DEEPSEEK_V32):
     """ipywidgets: an L slider (log2 steps) -> :func:`plot_roofline` + the :func:`roofline_summary` line."""
     import ipywidgets as W

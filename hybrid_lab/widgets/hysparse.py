@@ -12,6 +12,7 @@ from hybrid_lab.core import checks
 from hybrid_lab.costs import hysparse_ledger as hl
 from hybrid_lab.models.hysparse import drifting_attention_stack, topk_overlap_by_distance
 from hybrid_lab.models.hysparse2 import HySparse2Config
+from hybrid_lab.widgets.static import with_picture
 
 __all__ = ["compute_map", "plot_compute_map", "architecture_explorer", "plot_architecture", "ledger_rows",
            "plot_ledger", "ledger_slider", "plot_bounds", "plot_overlap", "plot_replay", "plot_selection", "overlap_curves", "overlap_explorer",
@@ -115,6 +116,7 @@ def plot_compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cros
     return fig
 
 
+@with_picture
 def architecture_explorer(cfg: HySparse2Config | None = None):
     """Widget: prompt length slider + early-exit toggle over :func:`plot_compute_map`. Returns an ipywidgets object."""
     import ipywidgets as W
@@ -193,6 +195,7 @@ def plot_ledger(lengths=None, mark: int | None = None):
     return fig
 
 
+@with_picture
 def ledger_slider():
     """Widget: log2(L) slider -> the ledger table and plots at that length. Returns an ipywidgets object."""
     import ipywidgets as W
@@ -314,6 +317,7 @@ def overlap_curves(drifts=(0.1, 0.3, 0.6), L: int = 512, n_layers: int = 10, k: 
             for d in drifts}
 
 
+@with_picture
 def overlap_explorer():
     """Widget: drift and k sliders over :func:`overlap_curves` / :func:`plot_overlap`. Returns an ipywidgets object."""
     import ipywidgets as W

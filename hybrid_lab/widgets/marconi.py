@@ -8,6 +8,7 @@ from hybrid_lab.core.checks import finite_array, nonneg_number
 from hybrid_lab.core.progress import progress
 from hybrid_lab.serving.marconi import simulate
 from hybrid_lab.serving.radix_cache import POLICIES, SimResult
+from hybrid_lab.widgets.static import with_picture
 
 COLORS = {"vllm+": "#9e9e9e", "sglang+": "#4c78a8", "marconi": "#e45756"}
 
@@ -183,6 +184,7 @@ def _bucket_label(lo, hi) -> str:
     return f"< {int(hi):,}" if lo == 0 else f"{int(lo):,}-{int(hi):,}"
 
 
+@with_picture
 def explorer(traces: dict, capacities_gb=(1, 2, 4, 8, 16), alphas=(0.0, 0.1, 0.5, 1.0, 2.0), model=None):
     """ipywidgets explorer: workload, capacity and α -> hit-rate bars per policy (calls the tested functions)."""
     import ipywidgets as W

@@ -8,6 +8,7 @@ from __future__ import annotations
 from matplotlib.patches import Patch
 
 from hybrid_lab.serving.pd_timeline import RESOURCES, PDTiming, events, schedule, timeline_summary
+from hybrid_lab.widgets.static import with_picture
 
 __all__ = ["plot_timeline", "timeline_widget", "plot_events", "COLORS"]
 
@@ -49,6 +50,7 @@ def plot_timeline(t: PDTiming):
     return fig
 
 
+@with_picture
 def timeline_widget(**base):
     """ipywidgets explorer: prompt length, bandwidth, chunk size, number of requests -> :func:`plot_timeline`
     and :func:`~hybrid_lab.serving.pd_timeline.timeline_summary`. ``base``: other :class:`PDTiming` fields."""

@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 from hybrid_lab.core import checks  # noqa: E402
 from hybrid_lab.serving.offload_sim import (A100, H100, METHODS, MINICPM_8B, layer_timeline, max_batch,  # noqa: E402
                                             throughput, with_)
+from hybrid_lab.widgets.static import with_picture  # noqa: E402
 
 __all__ = ["plot_selection", "plot_teachers", "plot_training", "plot_recall", "plot_timeline", "plot_batch_sweep",
            "explore_offload", "format_summary", "offload_explorer", "TIMELINE_LANES"]
@@ -233,6 +234,7 @@ def format_summary(s: dict) -> str:
             f"tokens/s: {tok}")
 
 
+@with_picture
 def offload_explorer():
     """Sliders batch / copy CTAs / PCIe bandwidth (+ context, GPU) driving the timeline and throughput."""
     import ipywidgets as w

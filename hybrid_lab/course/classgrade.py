@@ -1,0 +1,212 @@
+"""Grade a class: many submissions of one lab, in parallel, into a gradebook and one feedback file per student.
+
+    hybrid-lab grade submissions/ --lab 01 --csv gradebook.csv --feedback feedback/ -j 2
+
+Submissions are notebook files or folders with any names: ``alice.ipynb`` is student ``alice``; a folder ``bob/``
+holding one notebook is student ``bob``; a folder of notebooks is one submission per notebook. Each submission is
+graded by ``python -m hybrid_lab.course grade`` in its own process and its own scratch folder (the grader's kernel
+refuses writes elsewhere), with a per-cell timeout, a time limit for the whole submission and a memory limit
+(the address space of the process and its kernel). A submission that loops, crashes its kernel, runs out of memory or
+is not a readable lab is a row with status ``FAIL`` and the reason, never the end of the run.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybrid_lab.course import pipeline as course
+
+
+@dataclass
+class Submission:
+    student: str
+    path: Path
+
+
+@dataclass
+class Result:
+    student: str
+    path: str
+    status: str                                  # "graded" or "FAIL: why"
+    points: dict = field(default_factory=dict)   # exercise id -> points earned
+    total: int = 0
+    max_points: int = 0
+    rows: list = field(default_factory=list)     # the grader's rows (dicts), for the feedback file
+    seconds: float = 0.0
+
+
+def collect(paths) -> list[Submission]:
+    """The submissions named by ``paths`` (files and folders, see the module docstring), sorted by student id.
+    Raises CourseError for a path that does not exist or holds no notebook, or for two submissions of one student."""
+    subs: list[Submission] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise course.CourseError(f"{course.shown(p)}: no such file or folder; name submission notebooks or "
+                                     f"folders of them, e.g. hybrid-lab grade submissions/ --lab 01")
+        if p.is_file():
+            if p.suffix != ".ipynb":
+                raise course.CourseError(f"{course.shown(p)} is not a notebook (.ipynb)")
+            subs.append(Submission(p.stem, p))
+            continue
+        found = sorted(p.glob("*.ipynb"))
+        folders = sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith("."))
+        if found and not folders and len(found) == 1 and p != Path("."):
+            subs.append(Submission(p.name, found[0]))     # alice/anything.ipynb: the folder names the student
+            continue
+        subs += [Submission(f.stem, f) for f in found]
+        for d in folders:
+            inner = sorted(d.glob("*.ipynb"))
+            if len(inner) == 1:
+                subs.append(Submission(d.name, inner[0]))
+            elif len(inner) > 1:
+                subs += [Submission(f"{d.name}/{f.stem}", f) for f in inner]
+        if not found and not any(sorted(d.glob("*.ipynb")) for d in folders):
+            raise course.CourseError(f"{course.shown(p)}: no notebook in this folder or its subfolders")
+    seen: dict = {}
+    for s in subs:
+        if s.student in seen:
+            raise course.CourseError(f"two submissions for student {s.student!r}: {course.shown(seen[s.student])} and "
+                                     f"{course.shown(s.path)}; keep one")
+        seen[s.student] = s.path
+    return sorted(subs, key=lambda s: s.student)
+
+
+def _limit_memory(mb: int):
+    def apply():
+        os.setsid()                               # its own process group: a timeout kills the kernel too
+        if mb:
+            import resource
+            resource.setrlimit(resource.RLIMIT_AS, (mb << 20, mb << 20))
+    return apply
+
+
+def grade_one(sub: Submission, lab: str, cell_timeout: int, time_limit: int, memory_mb: int) -> Result:
+    """Grade one submission in a child process (see the module docstring)."""
+    t0 = time.monotonic()
+    res = Result(sub.student, str(sub.path), "graded")
+    with tempfile.TemporaryDirectory(prefix="hybrid_lab_class_") as tmp:
+        out = Path(tmp) / "rows.json"
+        cmd = [sys.executable, "-m", "hybrid_lab.course", "grade", str(sub.path), "--lab", lab,
+               "--timeout", str(cell_timeout), "--json", str(out)]
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_limit_memory(memory_mb) if os.name == "posix" else None)
+        try:
+            _, err = proc.communicate(timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            proc.communicate()
+            res.status = f"FAIL: took longer than {time_limit} s in all"
+            res.seconds = time.monotonic() - t0
+            return res
+        if out.exists():
+            res.rows = json.loads(out.read_text())
+        else:
+            last = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit code {proc.returncode}"]
+            why = last[0].removeprefix("hybrid-lab: ")
+            if proc.returncode < 0 or "MemoryError" in err:
+                why = f"the grader was killed ({why}); out of memory (limit {memory_mb} MB)?"
+            res.status = f"FAIL: {why[:300]}"
+    for r in res.rows:
+        if r["exercise"] != "setup":
+            res.points[r["exercise"]] = r["points"] if r["passed"] else 0
+            res.max_points += r["points"]
+    res.total = sum(res.points.values())
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def grade_class(paths, lab: str, csv_path=None, feedback=None, jobs: int | None = None, cell_timeout: int = 120,
+                time_limit: int = 900, memory_mb: int = 8192, quiet: bool = False) -> list[Result]:
+    """Grade every submission under ``paths`` against solutions/ lab ``lab``; write the CSV and the feedback."""
+    sol = _solution(lab)
+    exs = course.exercises(course.read_notebook(sol))
+    subs = collect(paths)
+    if not subs:
+        raise course.CourseError("no submissions found")
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    if not quiet:
+        print(f"Grading {len(subs)} submission(s) of {sol.name} with {jobs} worker(s) ...", flush=True)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(lambda s: grade_one(s, lab, cell_timeout, time_limit, memory_mb), subs))
+    took = time.monotonic() - t0
+    max_points = sum(e.points for e in exs)
+    for r in results:
+        r.max_points = max_points
+    if csv_path:
+        write_csv(results, exs, csv_path)
+    if feedback:
+        write_feedback(results, feedback, sol.name)
+    if not quiet:
+        print(format_gradebook(results, exs))
+        print(f"graded {len(results)} submission(s) in {took:.0f} s ({len(results) / took * 60:.1f} per minute, "
+              f"{jobs} worker(s))" + (f"; gradebook: {course.shown(csv_path)}" if csv_path else "")
+              + (f"; feedback: {course.shown(feedback)}/" if feedback else ""))
+    return results
+
+
+def common_lab(paths) -> str:
+    """The lab number all named files start with, else a CourseError asking for --lab."""
+    nums = {Path(p).name[:2] for p in paths if Path(p).is_file()}
+    if len(nums) == 1 and all(Path(p).is_file() for p in paths) and next(iter(nums)).isdigit():
+        return nums.pop()
+    raise course.CourseError("which lab are these submissions of? name it: hybrid-lab grade SUBMISSIONS... --lab 01")
+
+
+def _solution(lab: str) -> Path:
+    lab = str(lab)
+    if not re.fullmatch(r"\d\d", lab):
+        raise course.CourseError(f"--lab: expected a lab number like 01, got {lab!r}")
+    sols = sorted((course.repo_root() / "solutions").glob(f"{lab}_*.ipynb"))
+    if len(sols) != 1:
+        raise course.CourseError(f"--lab {lab}: no such lab; the labs are "
+                                 + ", ".join(p.name[:2] for p in sorted((course.repo_root() / "solutions").glob(
+                                     "[0-9][0-9]_*.ipynb"))))
+    return sols[0]
+
+
+def write_csv(results, exs, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "file"] + [e.id for e in exs] + ["total", "max", "status"])
+        for r in results:
+            w.writerow([r.student, r.path] + [r.points.get(e.id, 0) for e in exs]
+                       + [r.total, r.max_points, r.status])
+
+
+def write_feedback(results, folder, lab_name: str) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        name = re.sub(r"[^\w.-]+", "_", r.student) + ".txt"
+        if r.rows:
+            rows = [course.Row(**d) for d in r.rows]
+            body = course.format_table(rows, lab_name)
+        else:
+            body = f"not graded: {r.status}"
+        (folder / name).write_text(f"{lab_name}, student {r.student} ({r.path})\n{body}\n")
+
+
+def format_gradebook(results, exs) -> str:
+    w = max([7] + [len(r.student) for r in results])
+    head = f"{'student':<{w}}  " + "  ".join(f"{e.id:>5}" for e in exs) + "  total  status"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(f"{r.student:<{w}}  " + "  ".join(f"{r.points.get(e.id, 0):>5}" for e in exs)
+                     + f"  {r.total:>2}/{r.max_points:<2}  {r.status}")
+    return "\n".join(lines)

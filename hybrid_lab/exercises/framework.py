@@ -1,0 +1,490 @@
+"""One check for every graded exercise: the student's function against the reference, on fresh cases.
+
+A lab's exercise cell defines one function (or class) and its check cell hands it to :func:`check`::
+
+    # Exercise 01.1 (2 points, warm-up, ~10 min): one step of the selective recurrence
+    def ssm_step(h, x_t, dt_t, A, B_t, C_t, D):
+        ...
+
+    ssm_step = check("01.1", ssm_step)
+
+``check`` looks the exercise up (``hybrid_lab/exercises/labNN.py`` registers an :class:`Exercise` per id), draws
+*fresh* random cases plus the exercise's edge cases (a new seed every run, printed when something fails so the
+student can reproduce it), runs the reference and the student's function on copies of each, and compares them
+with a tolerance that catches a 1e-3 relative error. It prints one verdict:
+
+* ``PASS``: the student's function is returned and the cells below use it;
+* ``FAIL``: which case, which output, where, got vs expected (``y wrong at t=0: ...; h right``);
+* ``not done yet``: the function still raises the stub's NotImplementedError.
+
+After a FAIL or a stub the *reference* is returned, so Run All goes on and every later cell prints what the
+reference prints. While the student's function runs, the library functions that solve the exercise are switched off
+(calling one fails the case with a message): an exercise cannot be passed by delegating to the library.
+Under ``hybrid-lab grade`` the verdict is also appended to the grader's log (``hybrid_lab.core.grading``).
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import secrets
+import sys
+import traceback
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from hybrid_lab.core import grading
+
+SWITCHED_OFF = "it is switched off while the check runs"
+STANDS_IN = "The reference implementation stands in for the cells below, so they run as in the reference."
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to both functions. name: what it tests ("random", "t = 0", "k >= L"); note: the shapes / values
+    shown when it fails; copy: hand each function a deep copy (False for big read-only inputs)."""
+    name: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    note: str = ""
+    copy: bool = True
+
+
+@dataclass
+class Exercise:
+    """What a check needs to know about one exercise.
+
+    id: "01.1"; function: the name the student defines; reference: a callable with the student's signature.
+    cases(rng) -> [Case]: fresh random cases and the edge cases (rng is seeded per run).
+    outputs: names of the parts of a tuple result ("y", "h"), for "y wrong, h right"; axes: {output: index names}.
+    forbidden: "module:attr.path" of library callables that solve the exercise; they (and ``reference``) raise
+      while the student's function runs. forbidden_names: names in the notebook switched off the same way (the
+      student's own recurrent scan while their chunked scan is checked).
+    run(fn, case) -> result: how a case is run (default ``fn(*case.args, **case.kwargs)``): a class, a kernel
+      launch, a loop over a trace.
+    compare(got, want, case) -> str | None: a custom comparison (default: :func:`compare`, numbers to rtol / atol).
+    preamble: the imports the exercise cell may rely on (the tests run the solution code with it).
+    float_errors: run the student's function under ``np.errstate(over="raise", invalid="raise")``: an overflow or
+      an invalid operation fails the case (when avoiding it is the lesson, e.g. clamping before ``exp``).
+    """
+    id: str
+    function: str
+    reference: Callable
+    cases: Callable[[np.random.Generator], list]
+    outputs: tuple = ()
+    axes: dict = field(default_factory=dict)
+    forbidden: tuple = ()
+    forbidden_names: tuple = ()
+    run: Callable | None = None
+    compare: Callable | None = None
+    rtol: float = 1e-6
+    atol: float = 1e-9
+    preamble: str = "import numpy as np"
+    float_errors: bool = False
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(ex: Exercise) -> Exercise:
+    if ex.id in EXERCISES:
+        raise ValueError(f"exercise {ex.id}: registered twice")
+    EXERCISES[ex.id] = ex
+    return ex
+
+
+def get(exercise_id: str) -> Exercise:
+    """The registered exercise ``exercise_id`` ("01.1"); imports ``hybrid_lab.exercises.lab01`` on first use."""
+    if not isinstance(exercise_id, str) or "." not in exercise_id:
+        raise ValueError(f"exercise_id: expected a string like '01.1', got {exercise_id!r}")
+    if exercise_id not in EXERCISES:
+        try:
+            importlib.import_module(f"hybrid_lab.exercises.lab{exercise_id.split('.')[0]}")
+        except ModuleNotFoundError:
+            pass
+    if exercise_id not in EXERCISES:
+        raise ValueError(f"exercise_id: no exercise {exercise_id!r}; known: {', '.join(sorted(EXERCISES)) or 'none'}")
+    return EXERCISES[exercise_id]
+
+
+# ----------------------------------------------------------------------------------------------- comparing
+class LibraryCallError(RuntimeError):
+    """The student's function called a library function that is the answer to the exercise."""
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.6g}"
+    if isinstance(v, (np.bool_, bool)):
+        return str(bool(v))
+    if isinstance(v, (np.integer,)):
+        return str(int(v))
+    s = repr(v)
+    return s if len(s) <= 120 else s[:117] + "..."
+
+
+def _where(idx, axes) -> str:
+    names = list(axes or ())
+    if len(names) == len(idx):
+        return ", ".join(f"{n}={i}" for n, i in zip(names, idx))
+    return "[" + ", ".join(str(i) for i in idx) + "]"
+
+
+def _plain(v):
+    """Numbers and containers as plain Python (np scalars -> int/float, arrays and tuples -> lists)."""
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()] if v.ndim else _plain(v.item())
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def _is_numeric(v) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return True
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return True
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind in "biuf"
+    torch = sys.modules.get("torch")                        # a tensor means torch is loaded: never import it here
+    return torch is not None and isinstance(v, torch.Tensor)
+
+
+def _array(v):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(v, torch.Tensor):
+        return v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def compare_values(got, want, name: str = "the result", axes=(), rtol: float = 1e-6, atol: float = 1e-9) -> str | None:
+    """None when ``got`` matches ``want``, else one phrase saying how it differs.
+
+    Numbers / arrays: same shape, NaN where the reference has NaN, and |got - want| <= atol * max(1, max|want|) +
+    rtol * |want| elementwise (a 1e-3 relative error fails); integers and booleans exactly. Anything else (lists of
+    ints, tuples, dicts, strings): equal as plain Python values."""
+    if _is_numeric(want):
+        try:
+            g = _array(got)
+        except Exception:
+            return f"{name} is {_fmt(got)}, expected a number / array"
+        w = _array(want)
+        if g.dtype.kind not in "biuf":
+            return f"{name} is {_fmt(got)}, expected numbers"
+        if g.shape != w.shape:
+            return f"{name} has shape {g.shape}, expected {w.shape}"
+        if w.dtype.kind in "biu" and w.size:
+            bad = g != w
+        else:
+            g, w = g.astype(np.float64), w.astype(np.float64)
+            if not w.size:
+                return None
+            scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isfinite(w), w, 0.0)))))
+            with np.errstate(invalid="ignore", over="ignore"):
+                close = np.isfinite(w) & (np.abs(g - w) <= atol * scale + rtol * np.abs(w))
+            close |= (g == w)                                   # equal infinities (an inf never matches a finite)
+            close |= np.isnan(g) & np.isnan(w)
+            bad = ~close
+        if not bad.any():
+            return None
+        idx = tuple(int(i) for i in np.argwhere(bad)[0]) if g.ndim else ()
+        gv, wv = (g[idx], w[idx]) if g.ndim else (g.item(), w.item())
+        where = f" at {_where(idx, axes)}" if g.ndim else ""
+        count = f" ({int(bad.sum())} of {bad.size} entries)" if g.ndim and bad.size > 1 else ""
+        rel = ""
+        if np.isfinite(gv) and np.isfinite(wv) and wv != 0 and w.dtype.kind == "f":
+            rel = f", relative error {abs(float(gv) - float(wv)) / abs(float(wv)):.1e}"
+        verb = "is wrong" if name == "the result" else "wrong"
+        return f"{name} {verb}{where}{count}: got {_fmt(gv)}, expected {_fmt(wv)}{rel}"
+    if _plain(got) != _plain(want):
+        return f"{name} is {_fmt(_plain(got))}, expected {_fmt(_plain(want))}"
+    return None
+
+
+def compare(ex: Exercise, got, want, case: Case) -> str | None:
+    """The default comparison: part by part for a tuple result with named outputs ("y wrong at t=3: ...; h right")."""
+    if ex.compare is not None:
+        return ex.compare(got, want, case)
+    if ex.outputs:
+        n = len(ex.outputs)
+        if not isinstance(got, (tuple, list)) or len(got) != n:
+            return (f"{ex.function} returned {type(got).__name__}"
+                    + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else "")
+                    + f"; expected a tuple ({', '.join(ex.outputs)})")
+        probs = [compare_values(g, w, nm, ex.axes.get(nm, ()), ex.rtol, ex.atol)
+                 for g, w, nm in zip(got, want, ex.outputs)]
+        if not any(probs):
+            return None
+        right = [nm for nm, p in zip(ex.outputs, probs) if p is None]
+        return "; ".join(p for p in probs if p) + (f"; {', '.join(right)} right" if right else "")
+    return compare_values(got, want, "the result", ex.axes.get("result", ()), ex.rtol, ex.atol)
+
+
+# ----------------------------------------------------------------------------------------------- the library switched off
+def _resolve(spec: str):
+    """'pkg.mod:Class.attr' -> (owner object, attribute name, the callable)."""
+    mod, _, path = spec.partition(":")
+    owner = importlib.import_module(mod)
+    parts = path.split(".")
+    for p in parts[:-1]:
+        owner = getattr(owner, p)
+    return owner, parts[-1], getattr(owner, parts[-1])
+
+
+def _guard(ex: Exercise, qualname: str):
+    def guard(*args, **kwargs):
+        raise LibraryCallError(f"{ex.function} calls {qualname}; exercise {ex.id} asks you to write this part "
+                               f"yourself ({SWITCHED_OFF})")
+    guard.__name__ = guard.__qualname__ = qualname.rsplit(".", 1)[-1]
+    return guard
+
+
+@contextmanager
+def library_switched_off(ex: Exercise, globals_: dict | None = None):
+    """Inside the block, the exercise's forbidden callables (and its reference) raise LibraryCallError wherever
+    they are reached from: their own module, any hybrid_lab / gpu_track module that imported them, a class, or the
+    notebook's namespace ``globals_`` (under any alias)."""
+    targets = {}
+    for spec in ex.forbidden:
+        owner, name, obj = _resolve(spec)
+        raw = inspect.getattr_static(owner, name) if inspect.isclass(owner) else obj
+        targets[id(raw)] = (spec.replace(":", "."), raw)
+        targets.setdefault(id(obj), (spec.replace(":", "."), obj))
+    ref = ex.reference
+    targets.setdefault(id(ref), (f"the reference of exercise {ex.id}", ref))
+    patched = []
+    spaces = [m for n, m in list(sys.modules.items())
+              if m is not None and (n == "hybrid_lab" or n.startswith(("hybrid_lab.", "gpu_track")))]
+    for m in spaces:
+        for name, value in list(vars(m).items()):
+            if id(value) in targets and callable(value):
+                patched.append((m, name, value))
+        for name, cls in list(vars(m).items()):
+            if inspect.isclass(cls) and cls.__module__ == m.__name__:
+                for attr, value in list(vars(cls).items()):
+                    if id(value) in targets:
+                        patched.append((cls, attr, value))
+    if globals_ is not None:
+        for name in ex.forbidden_names:
+            if callable(globals_.get(name)):
+                targets.setdefault(id(globals_[name]), (f"your own {name}", globals_[name]))
+        for name, value in list(globals_.items()):
+            if id(value) in targets and callable(value) and not name.startswith("__"):
+                patched.append((globals_, name, value))
+    done = []
+    try:
+        for owner, name, value in patched:
+            qual = targets[id(value)][0]
+            guard = _guard(ex, qual)
+            if isinstance(value, (staticmethod, classmethod)):
+                guard = type(value)(guard)
+            elif isinstance(value, property):                  # reading it raises, with the same message
+                guard = property(guard)
+            if isinstance(owner, dict):
+                owner[name] = guard
+            else:
+                setattr(owner, name, guard)
+            done.append((owner, name, value))
+        yield
+    finally:
+        for owner, name, value in reversed(done):
+            if isinstance(owner, dict):
+                owner[name] = value
+            else:
+                setattr(owner, name, value)
+
+
+# ----------------------------------------------------------------------------------------------- one run
+@dataclass
+class Verdict:
+    exercise: str
+    status: str                 # "pass", "fail", "not_done"
+    message: str                # one line
+    details: list = field(default_factory=list)
+    cases: list = field(default_factory=list)   # names of the cases run
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+def _is_stub(exc: BaseException) -> bool:
+    """The stub's NotImplementedError, also when wrapped (Triton's interpreter re-raises it inside its own error)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _library_call(exc: BaseException) -> LibraryCallError | None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, LibraryCallError):
+            return exc
+        if SWITCHED_OFF in str(exc):
+            return LibraryCallError(str(exc).split("LibraryCallError: ")[-1].strip("'\")"))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _student_line(exc: BaseException, fn) -> str:
+    """' (line N of your cell)' for the innermost frame of the traceback that is in the student's cell."""
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "fn", None), "__code__", None)
+    if code is None and inspect.isclass(fn):
+        try:
+            fname = inspect.getsourcefile(fn)
+        except TypeError:
+            fname = None
+    else:
+        fname = code.co_filename if code else None
+    if not fname:
+        return ""
+    lines = [fr.lineno for fr in traceback.extract_tb(exc.__traceback__) if fr.filename == fname]
+    return f" (line {lines[-1]} of your cell)" if lines else ""
+
+
+def _run(ex: Exercise, fn, case: Case):
+    c = copy.deepcopy(case) if case.copy else case
+    if ex.run is not None:
+        return ex.run(fn, c)
+    return fn(*c.args, **c.kwargs)
+
+
+def _label(cases) -> list[str]:
+    """Case names made unique: a name used n > 1 times becomes 'name #1' ... 'name #n'."""
+    count, seen, out = Counter(c.name for c in cases), Counter(), []
+    for c in cases:
+        seen[c.name] += 1
+        out.append(c.name if count[c.name] == 1 else f"{c.name} #{seen[c.name]}")
+    return out
+
+
+def _summary(cases) -> str:
+    count = Counter(c.name for c in cases)
+    return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in count.items())
+
+
+def fresh_seed() -> int:
+    return secrets.randbelow(10 ** 7)
+
+
+def evaluate(exercise_id: str, fn, seed: int | None = None, globals_: dict | None = None) -> Verdict:
+    """Run the student's ``fn`` on the exercise's cases (``seed``: None draws a fresh one). Prints nothing."""
+    ex = get(exercise_id)
+    seed = fresh_seed() if seed is None else int(seed)
+    name = getattr(fn, "__name__", ex.function)
+    if not callable(fn):
+        return Verdict(ex.id, "fail", f"{ex.function} is {_fmt(fn)}, not a function", [])
+    cases = ex.cases(np.random.default_rng(seed))
+    labels = _label(cases)
+    failures = []
+    if globals_ is None:
+        globals_ = getattr(fn, "__globals__", None)
+    for label, case in zip(labels, cases):
+        want = _run(ex, ex.reference, case)
+        try:
+            with library_switched_off(ex, globals_), np.errstate(**(
+                    {"over": "raise", "invalid": "raise"} if ex.float_errors else {})):
+                got = _run(ex, fn, case)
+        except KeyboardInterrupt:                                  # the stop button, or the grader's cell timeout
+            return Verdict(ex.id, "fail", f'case "{label}": {name} was interrupted before it returned (an endless '
+                                          f'loop?)', [f"reproduce these cases: check(\"{ex.id}\", {name}, seed={seed})"],
+                           labels)
+        except Exception as exc:                                   # the student's code raised: a verdict, not a crash
+            lib = _library_call(exc)
+            if lib is not None:
+                return Verdict(ex.id, "fail", f'case "{label}": {lib}', [], labels)
+            if _is_stub(exc) and not failures:
+                return Verdict(ex.id, "not_done", f"not done yet: {name} raises NotImplementedError", [], labels)
+            what = (str(exc).strip().splitlines() or [""])[0][:200]
+            failures.append((label, case, f"{name} raised {type(exc).__name__}: {what}{_student_line(exc, fn)}"))
+            continue
+        problem = compare(ex, got, want, case)
+        if problem:
+            failures.append((label, case, problem))
+    if not failures:
+        return Verdict(ex.id, "pass", f"{name} agrees with the reference on {len(cases)} cases ({_summary(cases)})",
+                       [], labels)
+    label, case, problem = failures[0]
+    details = [f'case "{label}"' + (f" ({case.note})" if case.note else "") + f": {problem}"]
+    if len(failures) > 1:
+        details.append("also wrong: " + ", ".join(f'"{f[0]}"' for f in failures[1:6])
+                       + (f" and {len(failures) - 6} more" if len(failures) > 6 else ""))
+    details.append(f'reproduce these cases: check("{ex.id}", {name}, seed={seed})')
+    return Verdict(ex.id, "fail", f"{name} is wrong on {len(failures)} of {len(cases)} cases", details, labels)
+
+
+MODES = ("practice", "assignment", "nbgrader")
+
+
+class ExerciseFailed(AssertionError):
+    """Raised by ``check(..., mode="nbgrader")`` when the exercise does not pass: nbgrader's autograder counts a test
+    cell that raises as failed."""
+
+
+def check(exercise_id: str, fn, *, seed: int | None = None, mode: str = "practice"):
+    """Check the student's ``fn`` for exercise ``exercise_id`` and print the verdict (see the module docstring).
+
+    mode "practice" (the labs): returns ``fn`` when it passes, else the reference implementation (so the cells below
+    still run). "assignment" (``hybrid-lab build --mode assignment``): no verdict and no reference; it only runs
+    ``fn`` once and says whether it ran (grading happens on the lecturer's side); returns ``fn``. "nbgrader" (the
+    autograded test cell of ``hybrid-lab export nbgrader``): as practice, and raises ExerciseFailed unless it
+    passes."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    ex = get(exercise_id)
+    caller = sys._getframe(1).f_globals
+    if mode == "assignment":
+        return _smoke(ex, fn, seed, caller)
+    v = evaluate(exercise_id, fn, seed, globals_=caller)
+    if v.status == "pass":
+        print(f"Exercise {ex.id} PASS: {v.message}.")
+    elif v.status == "not_done":
+        print(f"Exercise {ex.id} {v.message}. {STANDS_IN}")
+    else:
+        print(f"Exercise {ex.id} FAIL: {v.message}.")
+        for d in v.details:
+            print("  " + d)
+        print("  " + STANDS_IN)
+    grading.record(ex.id, v.status, v.message, v.details)
+    if mode == "nbgrader" and v.status != "pass":
+        if caller.get(ex.function) is fn:      # the cells below (and later exercises) run with the reference
+            caller[ex.function] = ex.reference
+        raise ExerciseFailed(f"Exercise {ex.id}: {v.message}")
+    return fn if v.status == "pass" else ex.reference
+
+
+def _smoke(ex: Exercise, fn, seed, globals_):
+    """Assignment mode: run ``fn`` on one fresh case, say whether it ran; no comparison, no reference."""
+    name = getattr(fn, "__name__", ex.function)
+    case = ex.cases(np.random.default_rng(fresh_seed() if seed is None else seed))[0]
+    try:
+        with library_switched_off(ex, globals_):
+            _run(ex, fn, case)
+    except Exception as exc:
+        if _library_call(exc) is not None:
+            print(f"Exercise {ex.id}: {_library_call(exc)}.")
+        elif _is_stub(exc):
+            print(f"Exercise {ex.id} not done yet: {name} raises NotImplementedError.")
+        else:
+            what = (str(exc).strip().splitlines() or [""])[0][:200]
+            print(f"Exercise {ex.id}: {name} raised {type(exc).__name__}: {what}{_student_line(exc, fn)}.")
+        return fn
+    print(f"Exercise {ex.id}: {name} ran on an example. It is graded when you hand in the notebook.")
+    return fn

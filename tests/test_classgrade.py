@@ -1,0 +1,102 @@
+"""Grading a class in one command (issue 14, point 2): a folder of lab 01 submissions with arbitrary names, graded
+in parallel into a gradebook and feedback files; a submission that loops, eats memory or writes outside its folder is
+a FAIL with the reason, never the end of the run."""
+import copy
+import csv
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from hybrid_lab.course import classgrade
+from hybrid_lab.course import pipeline as course
+
+ROOT = course.repo_root()
+SSM = ROOT / "solutions" / "01_selective_ssm.ipynb"
+
+
+def _solved():
+    lab = nbformat.read(str(course.lab_path_for(SSM)), as_version=4)
+    return course.fill_with_solutions(lab, nbformat.read(str(SSM), as_version=4))
+
+
+def _edit(nb, ex_id, old, new):
+    nb = copy.deepcopy(nb)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith(f"# Exercise {ex_id} "))
+    assert old in cell.source
+    cell.source = cell.source.replace(old, new)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def class_folder(tmp_path_factory):
+    d = tmp_path_factory.mktemp("submissions")
+    ok = _solved()
+    (d / "bob_smith").mkdir()
+    (d / "carol").mkdir()
+    nbformat.write(ok, str(d / "alice.ipynb"))                                    # correct
+    nbformat.write(ok, str(d / "bob_smith" / "lab1 final (2).ipynb"))             # correct, in a folder
+    nbformat.write(_edit(ok, "01.1", "y = h @ C_t + D * x_t", "y = h @ C_t - D * x_t"), str(d / "dave.ipynb"))
+    nbformat.write(_edit(ok, "01.4", " + np.exp(c)[:, None] * (C[s0:s1] @ h[hd].T)", ""),
+                   str(d / "carol" / "work.ipynb"))                               # wrong
+    (d / "erin.ipynb").write_bytes(course.lab_path_for(SSM).read_bytes())         # untouched
+    nbformat.write(_edit(ok, "01.2", "    diff = c[:, None]", "    while True:\n        pass\n    diff = c[:, None]"),
+                   str(d / "frank.ipynb"))                                        # loops forever
+    return d
+
+
+def test_a_class_folder_becomes_a_gradebook(class_folder, tmp_path):
+    book, fb = tmp_path / "gradebook.csv", tmp_path / "feedback"
+    results = classgrade.grade_class([class_folder], "01", csv_path=book, feedback=fb, jobs=2, cell_timeout=10,
+                                     quiet=True)
+    rows = {r["student"]: r for r in csv.DictReader(book.open())}
+    totals = {s: (int(r["total"]), r["status"]) for s, r in rows.items()}
+    assert totals == {"alice": (12, "graded"), "bob_smith": (12, "graded"), "carol": (7, "graded"),
+                      "dave": (10, "graded"), "erin": (0, "graded"), "frank": (10, "graded")}
+    assert rows["dave"]["01.1"] == "0" and rows["carol"]["01.4"] == "0" and rows["frank"]["01.2"] == "0"
+    assert all(r["max"] == "12" for r in rows.values())
+    frank = (fb / "frank.txt").read_text()
+    assert "01.2" in frank and "interrupted before it returned (an endless loop?)" in frank
+    assert "not done yet" in (fb / "erin.txt").read_text()
+    assert "h right" in (fb / "dave.txt").read_text()
+    assert sorted(p.name for p in fb.iterdir()) == [f"{s}.txt" for s in sorted(rows)]
+    assert len(results) == 6
+
+
+def test_memory_hog_and_writes_outside_fail_with_the_reason(tmp_path):
+    ok = _solved()
+    nbformat.write(_edit(ok, "01.1", "    ### BEGIN SOLUTION", "    big = np.ones(800_000_000)  # 6.4 GB\n"
+                                                            "    ### BEGIN SOLUTION"), str(tmp_path / "hog.ipynb"))
+    outside = tmp_path.parent / f"{tmp_path.name}_outside.txt"
+    nbformat.write(_edit(ok, "01.3", "    ### BEGIN SOLUTION", f"    open({str(outside)!r}, 'w').write('x')\n"
+                                                            "    ### BEGIN SOLUTION"), str(tmp_path / "writer.ipynb"))
+    (tmp_path / "broken.ipynb").write_text("{not a notebook")
+    res = {r.student: r for r in classgrade.grade_class([tmp_path], "01", jobs=2, memory_mb=3000, quiet=True)}
+    assert res["hog"].points["01.1"] == 0 and res["hog"].total == 10
+    hog = next(r for r in res["hog"].rows if r["exercise"] == "01.1")
+    assert "MemoryError" in " ".join([hog["message"]] + hog["details"])
+    writer = next(r for r in res["writer"].rows if r["exercise"] == "01.3")
+    assert not writer["passed"] and "outside the submission's folder" in " ".join(writer["details"])
+    assert not outside.exists()
+    assert res["broken"].status.startswith("FAIL: ") and "not a readable notebook" in res["broken"].status
+
+
+def test_collect_names_students_by_file_or_folder(tmp_path):
+    for p in ("a.ipynb", "b/x.ipynb", "c/one.ipynb", "c/two.ipynb"):
+        (tmp_path / p).parent.mkdir(exist_ok=True)
+        (tmp_path / p).write_text("{}")
+    assert [(s.student, s.path.name) for s in classgrade.collect([tmp_path])] == [
+        ("a", "a.ipynb"), ("b", "x.ipynb"), ("c/one", "one.ipynb"), ("c/two", "two.ipynb")]
+    assert [s.student for s in classgrade.collect([tmp_path / "b"])] == ["b"]
+    with pytest.raises(course.CourseError, match="two submissions for student 'a'"):
+        classgrade.collect([tmp_path / "a.ipynb", tmp_path / "a.ipynb"])
+    with pytest.raises(course.CourseError, match="no such file or folder"):
+        classgrade.collect([tmp_path / "nope"])
+
+
+def test_cli_class_grading_needs_the_lab_and_says_so(tmp_path):
+    (tmp_path / "alice.ipynb").write_text("{}")
+    p = subprocess.run([sys.executable, "-m", "hybrid_lab.course.cli", "grade", str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().endswith("--lab 01") and "Traceback" not in p.stderr

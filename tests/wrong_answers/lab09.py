@@ -1,0 +1,31 @@
+"""Wrong answers to the exercises of notebook 09: (what is wrong, text in the solution's exercise cell, replacement).
+tests/test_exercises.py asserts the check fails every one of them, on every seed, and passes the solution.
+Only wrong answers that stay inside the buffers: Triton's interpreter does not catch an out-of-bounds access."""
+WRONG = {
+    "09.1": [
+        ("padding rows left unwritten", "mask=in_list[:, None] & md[None, :])", "mask=valid[:, None] & md[None, :])"),
+        ("padding rows read row 0 instead of zeros", "mask=valid[:, None] & md[None, :],\n", "mask=md[None, :],\n"),
+        ("the store ignores K_SEL (writes past the list)", "mask=in_list[:, None] & md[None, :])", "mask=md[None, :])"),
+    ],
+    "09.2": [
+        ("-1 slots not masked to -inf (they get score 0)", '        s = tl.where(valid[None, :], s, float("-inf"))\n', ""),
+        ("no guard for a block with nothing valid (inf - inf = NaN)",
+         'm_use = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_use = m_new"),
+        ("accumulator not rescaled when the running max moves", "acc = acc * alpha[:, None] + ", "acc = acc + "),
+        ("batch offset forgotten in the gathered rows", "rows = (b * S + tl.where(valid, ids, 0)) * HKV + g",
+         "rows = tl.where(valid, ids, 0) * HKV + g"),
+        ("softmax scale left out", "idx.shape[2], D ** -0.5,", "idx.shape[2], 1.0,"),
+        ("one program per sequence only (grid without the KV groups)", "grid = (B, Hkv)", "grid = (B, 1)"),
+        ("delegation to the library kernel", "    grid = (B, Hkv)  ",
+         ("    from gpu_track import sparse_attention as sa\n"
+          "    out.copy_(sa.sparse_attention(q[:, None], k, v, idx[:, None])[:, 0])\n    return out\n    grid = (B, Hkv)  ")),
+    ],
+    "09.3": [
+        ("mask applied after exp (inf * 0 = NaN for a large Δ)",
+         "tl.where(t[:, None] >= t[None, :], tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)",
+         "tl.where(t[:, None] >= t[None, :], 1.0, 0.0) * tl.exp(c[:, None] - c[None, :])"),
+        ("off by one: diagonal masked out", "t[:, None] >= t[None, :]", "t[:, None] > t[None, :]"),
+        ("transposed decay (c_s - c_t)", "tl.minimum(c[:, None] - c[None, :], 0.0)", "tl.minimum(c[None, :] - c[:, None], 0.0)"),
+        ("decay left out (y = CB @ U)", "y = tl.dot(cb * decay, u,", "y = tl.dot(cb, u,"),
+    ],
+}

@@ -11,6 +11,9 @@ causal mask are the "intra-chunk decay step". Exponents are clamped to ≤ 0 so 
 """
 from __future__ import annotations
 
+import os
+
+import torch
 import triton
 import triton.language as tl
 
@@ -106,7 +109,7 @@ def _ssd_states_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, h0_ptr, h_chunks_ptr, h_last
 @triton.jit
 def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_chunks_ptr, y_ptr, L, H, P, N, n_chunks,
                     HAS_D: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-                    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                    BLOCK_NS: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Two-pass form, pass 2: every (sequence·head, chunk, P block) in parallel, from the chunk's start state."""
     bh = tl.program_id(0)
     j = tl.program_id(1)
@@ -127,16 +130,23 @@ def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_chunks_ptr, y_p
     x = tl.load(x_ptr + xm, mask=mask_t[:, None] & mask_p[None, :], other=0.0)
     B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0)
     C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0)
-    # the chunk's start state, loaded already transposed (N, BLOCK_P) and kept in its stored dtype: an fp32 dot here
-    # (tl.trans of the state upcast to fp32) made Triton 3.6 read past its shared-memory buffer with bf16 states
-    # (compute-sanitizer: "Invalid __shared__ read" at large Bt·H, wrong outputs elsewhere; issue 17)
-    srow_t = ((bh * n_chunks + j) * P + offs_p).to(tl.int64)[None, :] * N + offs_n[:, None]
-    h_t = tl.load(h_chunks_ptr + srow_t, mask=mask_n[:, None] & mask_p[None, :], other=0.0)
     u = x.to(ACC_DTYPE) * dt[:, None]
     cb = tl.dot(C_tile, tl.trans(B_tile), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
     decay = tl.where(ar[:, None] >= ar[None, :], tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)
     y = tl.dot((cb * decay).to(x.dtype), u.to(x.dtype), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
-    y += tl.exp(c)[:, None] * tl.dot(C_tile.to(h_t.dtype), h_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    # what earlier chunks left in the state: C (Q, N) @ h_startᵀ (N, BLOCK_P), over N in BLOCK_NS slices, each slice
+    # of the state loaded already transposed and kept in its stored dtype. One full-N dot against tl.trans(h) in fp32
+    # made Triton 3.6 read past its shared-memory buffer (compute-sanitizer: "Invalid __shared__ read"; a fault at
+    # large Bt·H with bf16 states, wrong outputs elsewhere; issue 17)
+    base = ((bh * n_chunks + j) * P + offs_p).to(tl.int64)[None, :] * N
+    y_inter = tl.zeros([Q, BLOCK_P], ACC_DTYPE)
+    for n0 in tl.static_range(0, BLOCK_N, BLOCK_NS):
+        offs_ns = n0 + tl.arange(0, BLOCK_NS)
+        m_ns = offs_ns < N
+        c_sub = tl.load(C_ptr + row[:, None] * N + offs_ns[None, :], mask=mask_t[:, None] & m_ns[None, :], other=0.0)
+        h_sub = tl.load(h_chunks_ptr + base + offs_ns[:, None], mask=m_ns[:, None] & mask_p[None, :], other=0.0)
+        y_inter += tl.dot(c_sub.to(h_sub.dtype), h_sub, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    y += tl.exp(c)[:, None] * y_inter
     if HAS_D:
         y += tl.load(D_ptr + head).to(ACC_DTYPE) * x.to(ACC_DTYPE)
     tl.store(y_ptr + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_p[None, :])
@@ -159,6 +169,12 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
     check_tile("block_p", block_p)
     if two_pass:
         check_tile("block_n_states", block_n_states)
+        if x.dtype in (torch.bfloat16, torch.float16) and N > 32 and not os.environ.get("TRITON_INTERPRET"):
+            # measured on an H200 with Triton 3.6 (issue 17): relative error ~1 against the single pass for every
+            # bf16 input with N in {64, 128} (exact for N <= 32 and for fp32 inputs), and out-of-bounds shared-memory
+            # reads under compute-sanitizer at (Bt, L) = (4, 8192), (16, 2048) with H = 80. Refused until fixed.
+            raise ValueError(f"two_pass: not available for {x.dtype} inputs with N={N} > 32 on a GPU (wrong results "
+                             f"and out-of-bounds reads with Triton 3.6, issue 17); use two_pass=False or float32 inputs")
 
 
 def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int = 64, num_warps: int = 4,
@@ -173,6 +189,8 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
     state (Bt·H·n_chunks·P·N floats); pass 2 computes all chunks' outputs in parallel. More bytes, far more
     parallelism: the better choice when Bt·H is small against the GPU's SM count. ``states_dtype`` stores those
     chunk states in another dtype (bf16 halves their bytes, as fla does; default: the accumulator's dtype).
+    Natively, ``two_pass`` is refused (ValueError) for bf16/fp16 inputs with N > 32: on Triton 3.6 it gave wrong
+    results there (issue 17); the interpreter and float32 inputs are not affected.
     """
     check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states)
     Bt, L, H, P = x.shape
@@ -197,7 +215,7 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
             HAS_H0=h0 is not None, BLOCK_P=block_p, BLOCK_N=bn, **meta)
         _ssd_out_kernel[(Bt * H, n_chunks, triton.cdiv(P, block_p))](
             x, dt, A, B, C, D.contiguous() if D is not None else h_last, h_chunks, y, L, H, P, N, n_chunks,
-            HAS_D=D is not None, BLOCK_P=block_p, BLOCK_N=pow2(N), **meta)
+            HAS_D=D is not None, BLOCK_P=block_p, BLOCK_N=pow2(N), BLOCK_NS=min(32, pow2(N)), **meta)
         return y, h_last
     grid = (Bt, H, triton.cdiv(P, block_p))
     _ssd_kernel[grid](x.contiguous(), dt.contiguous(), A.contiguous(), B.contiguous(), C.contiguous(),

@@ -267,6 +267,20 @@ def test_ssd_chunked_matches_twin(case, dtype, two_pass):
     assert rel_err(y, ry) < tol and rel_err(h, rh) < tol
 
 
+@pytest.mark.skipif(not ON_GPU, reason="the refusal is for native kernels (the interpreter computes it right)")
+def test_ssd_two_pass_refuses_half_inputs_with_large_n():
+    """Issue 17: natively, the two-pass SSD with bf16/fp16 inputs and N > 32 gave relative errors ~1 and
+    out-of-bounds shared-memory reads (compute-sanitizer); the wrapper refuses it, naming the argument."""
+    x = torch.randn(1, 64, 2, 16, device=DEV, dtype=torch.bfloat16)
+    dt = torch.rand(1, 64, 2, device=DEV, dtype=torch.bfloat16)
+    A = -torch.rand(2, device=DEV, dtype=torch.bfloat16)
+    B = C = torch.randn(1, 64, 64, device=DEV, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="two_pass"):
+        ssd.ssd_chunked(x, dt, A, B, C, two_pass=True)
+    y, _ = ssd.ssd_chunked(x, dt, A, B, C)                  # the single pass still runs
+    assert torch.isfinite(y).all()
+
+
 # --------------------------------------------------------------------------------------------- block-sparse
 BS_CASES = [  # (B, T, Hq, Hkv, S, d, block, nb, layout, q_pos)
     (2, 5, 4, 2, 70, 16, 16, 3, "per_query", None),     # decode-like: lists differ per query; partial last block

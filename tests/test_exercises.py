@@ -160,9 +160,10 @@ def test_untouched_lab_runs_to_the_end_in_under_a_minute(lab, tmp_path):
 
     nb = nbformat.read(str(lab), as_version=4)
     t0 = time.perf_counter()
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(lab.parent)}},
-                            on_notebook_start=None).execute()
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
+                                     resources={"metadata": {"path": str(lab.parent)}},
+                                     on_notebook_start=lambda notebook: course.poll_in_slices(client.kc))
+    client.execute()        # poll_in_slices: a missed zmq wake-up must not count as the notebook's time
     took = time.perf_counter() - t0
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
                      if o.get("output_type") == "stream")

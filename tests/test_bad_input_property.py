@@ -51,7 +51,13 @@ from hypothesis import strategies as st
 SEED = 20240612                 # the baselines' arrays; hypothesis is derandomized
 EXAMPLES = 2                    # hypothesis examples per callable; each runs every (argument, mutation) once
 CALL_TIMEOUT_S = 10.0           # a mutated call that runs longer is reported as a hang
-LAYERS = ("core", "ops", "costs", "models", "serving", "widgets")   # course/ is tooling: not tested here
+LAYERS = ("core", "ops", "costs", "models", "serving", "widgets", "trained")   # course/ is tooling: not tested here
+# Modules of the layers that are not scanned (fnmatch patterns -> why); they are not imported by the discovery.
+EXCLUDED_MODULES = {
+    "hybrid_lab.trained.torch_*": "torch twins of the numpy models (need torch); tested in tests/test_trained_*.py",
+    "hybrid_lab.trained.train": "torch training runs and checkpoint I/O (need torch, minutes); tested in "
+                                "tests/test_trained_checkpoints.py",
+}
 
 
 # ------------------------------------------------------------------------------------------ argument kinds
@@ -738,7 +744,7 @@ TABLE[f"{O}.contracts.check_fa_attention"] = Entry(_fa_att_args)
 TABLE[f"{O}.fa_decode.with_forced_window"] = Entry(
     lambda r: dict(top=IntArr(np.array([[[0, 1]], [[2, -1]]]), hi=6, lo=-1, free=(-1,)),
                    q_pos=IntArr(np.array([4, 5]), lo=0),
-                   window=2))
+                   window=Count(2)))                     # window 0: no forced window (top itself), valid
 
 # --- core.checks (added during the redesign)
 TABLE[f"{C}.checks.index_sets"] = Entry(lambda r: dict(name=Fixed("idx"), idx=IntArr(np.array([[0, 2, -1], [1, 3, 4]]),
@@ -1018,6 +1024,8 @@ allow(f"{M}.hysparse.drifting_attention_stack", "drift", "zero", "drift 0: ident
 TABLE[f"{M}.hysparse.topk_overlap_by_distance"] = Entry(lambda r: dict(probs=Arr(probs(r, 3, 8), free=(0, 1)), k=2))
 allow(f"{M}.hysparse.topk_overlap_by_distance", "probs", "flip_sign",
       "documented: finite scores, only ranked (top-k per layer), so any sign is valid")
+TABLE[f"{M}.hysparse.n_params"] = Entry(
+    lambda r: dict(cfg=Custom(resolve(f"{M}.hysparse.HySparseConfig")(**HS1), {"not_a_config": "cfg"})))
 
 # --- models.hysparse2
 HS2 = dict(vocab=16, d_model=8, n_heads_q=2, n_heads_kv=1, d_qk=4, d_v=4, d_ff=8, self_swa_before=1,
@@ -1035,9 +1043,16 @@ def hs2_cache():
     return hs2_model().prefill(np.array([1, 2, 3, 4, 5]))[1]
 
 
+@lazy
+def hs2_block_model():
+    """The v1-style selection ablation (select="block": the top topk // select_block blocks of 2 positions)."""
+    from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config
+    return HySparse2(HySparse2Config(**dict(HS2, select="block", select_block=2)))
+
+
 TABLE[f"{M}.hysparse2.HySparse2Config"] = _dc(f"{M}.hysparse2.HySparse2Config",
                                               **dict(HS2, self_swa_before=Count(1), self_swa_after=Count(1),
-                                                     rope_dims=Count(2)))
+                                                     rope_dims=Count(2), window=Count(2)))   # window 0: no SWA
 TABLE[f"{M}.hysparse2.KVCache"] = Entry(lambda r: dict(k=Arr(N(r, 3, 1, 4), free=(-1,)), v=Vd(N(r, 3, 1, 4))))
 TABLE[f"{M}.hysparse2.WindowKVCache"] = Entry(lambda r: dict(k=Arr(N(r, 2, 1, 4), free=(-1,)), v=Vd(N(r, 2, 1, 4)),
                                                              pos=IntArr(np.array([3, 4]), lo=0), window=2))
@@ -1049,18 +1064,112 @@ TABLE[f"{M}.hysparse2.HySparse2.decode_step"] = Entry(
     lambda r: dict(self=Fixed(hs2_model()), token=Index(3, hi=16), cache=Fixed(hs2_cache())))
 TABLE[f"{M}.hysparse2.HySparse2.generate"] = Entry(
     lambda r: dict(self=Fixed(hs2_model()), prompt=IntArr(np.array([1, 2, 3]), hi=16, lo=0, free=(0,)), n_new=Count(2)))
+TABLE[f"{M}.hysparse2.HySparse2.forward"] = Entry(
+    lambda r: dict(self=Fixed(hs2_model()), tokens=IntArr(np.array([1, 2, 3, 4, 5]), hi=16, lo=0, free=(0,))))
+TABLE[f"{M}.hysparse2.HySparse2.select"] = Entry(         # the block rule (the token rule is forced_window_select)
+    lambda r: dict(self=Fixed(hs2_block_model()), score=P(r, 2, 1, 6), q_pos=IntArr(np.array([4, 5]), hi=6, lo=0)))
 TABLE[f"{O}.fa_decode.fa_decode_topk"] = Entry(_fa_args)
 TABLE[f"{O}.fa_decode.forced_window_select"] = Entry(
-    lambda r: dict(scores=Arr(N(r, 2, 1, 6), neginf_ok=True), q_pos=IntArr(np.array([4, 5]), hi=6, lo=0), window=2,
-                   topk=2))
+    lambda r: dict(scores=Arr(N(r, 2, 1, 6), neginf_ok=True), q_pos=IntArr(np.array([4, 5]), hi=6, lo=0),
+                   window=Count(2), topk=2))                       # window 0: top-k of every visible position
 TABLE[f"{M}.hysparse2.replay_tail"] = Entry(lambda r: dict(depth=Count(3), width=4))
 TABLE[f"{M}.hysparse2.self_decoder_weight_names"] = Entry(
+    lambda r: dict(cfg=Custom(resolve(f"{M}.hysparse2.HySparse2Config")(**HS2), {"not_a_config": "cfg"})))
+TABLE[f"{M}.hysparse2.n_params"] = Entry(
     lambda r: dict(cfg=Custom(resolve(f"{M}.hysparse2.HySparse2Config")(**HS2), {"not_a_config": "cfg"})))
 TABLE[f"{M}.hysparse2.captured_mass"] = Entry(
     lambda r: dict(score=P(r, 2, 6), idx=IntArr(np.array([[0, 3], [5, -1]]), hi=6, lo=-1, free=(-1,))))
 TABLE[f"{M}.hysparse2.replay_errors"] = Entry(
     lambda r: dict(model=Fixed(hs2_model()), tokens=IntArr(np.array([1, 2, 3, 4, 5]), hi=16, lo=0, free=(0,)),
                    tails=[1, 2]))
+
+# --- models.stack (one layer of each kind: mamba2, swa, attn; d_inner 8 = 2 SSM heads of 4)
+ST = dict(vocab=16, d_model=8, layers=("mamba2", "swa", "attn"), n_heads_q=2, n_heads_kv=1, d_qk=4, d_v=4, d_ff=8,
+          window=2, rope_dims_swa=2, d_inner=8, d_state=4, head_dim=4, d_conv=2, chunk_size=2)
+
+
+@lazy
+def stack_model():
+    from hybrid_lab.models.stack import Stack, StackConfig
+    return Stack(StackConfig(**ST))
+
+
+@lazy
+def stack_cache():
+    return stack_model().prefill(np.array([1, 2, 3, 4, 5]))[1]
+
+
+def _stack_cfg_cases():
+    return Custom(resolve(f"{M}.stack.StackConfig")(**ST), {"not_a_config": "cfg", "a_dict": dict(ST)})
+
+
+TABLE[f"{M}.stack.StackConfig"] = _dc(f"{M}.stack.StackConfig", **dict(
+    ST, rope_dims_attn=Count(0), rope_dims_swa=Count(2),
+    layers=Custom(ST["layers"], {"unknown_kind": ("mamba2", "mlp"), "empty": (), "a_string": "attn",
+                                 "not_a_sequence": 3, "a_number_entry": ("attn", 3)})))
+TABLE[f"{M}.stack.Stack"] = Entry(lambda r: dict(cfg=_stack_cfg_cases(), weights=stack_model().weights))
+TABLE[f"{M}.stack.Stack.init_weights"] = Entry(lambda r: dict(cfg=_stack_cfg_cases()))
+TABLE[f"{M}.stack.Stack.forward"] = Entry(
+    lambda r: dict(self=Fixed(stack_model()), tokens=IntArr(np.array([1, 2, 3, 4, 5]), hi=16, lo=0, free=(0,))))
+TABLE[f"{M}.stack.Stack.prefill"] = Entry(                 # continuing a cache of 5 positions
+    lambda r: dict(self=Fixed(stack_model()), tokens=IntArr(np.array([1, 2, 3]), hi=16, lo=0, free=(0,)),
+                   cache=_stack_cache_cases()))
+TABLE[f"{M}.stack.Stack.decode_step"] = Entry(
+    lambda r: dict(self=Fixed(stack_model()), token=Index(3, hi=16), cache=_stack_cache_cases()))
+TABLE[f"{M}.stack.Stack.run"] = Entry(                     # run continues its cache in place: a fresh copy per call
+    lambda r: dict(self=Fixed(stack_model()), tokens=IntArr(np.array([1, 2, 3]), hi=16, lo=0, free=(0,)),
+                   cache=_stack_cache_cases()))
+TABLE[f"{M}.stack.Stack.attention"] = Entry(               # layer 2 (attn) after 5 cached positions: pos 5, 6, 7
+    lambda r: dict(self=Fixed(stack_model()), i=Index(2, hi=3), x=Arr(N(r, 3, 8), free=(0,)),
+                   pos=IntArr(np.arange(5, 8), lo=0), cache=_stack_layer_cases(2)))
+TABLE[f"{M}.stack.Stack.mamba2"] = Entry(                  # layer 0 (mamba2), its state after 5 positions
+    lambda r: dict(self=Fixed(stack_model()), i=Index(0, hi=3), x=Arr(N(r, 3, 8), free=(0,)),
+                   state=_stack_layer_cases(0)))
+
+
+def _stack_cache_cases():
+    """A copy of the 5-position cache of the table's Stack, and caches of another shape or state."""
+    from hybrid_lab.models.hysparse2 import KVCache
+    from hybrid_lab.models.stack import StackCache
+
+    def c():
+        return stack_cache().copy()
+
+    def nan_state(x):
+        x = x.copy()
+        x.layers[0].ssm[0, 0, 0] = math.nan
+        return x
+    return Custom(c(), {"not_a_cache": "cache", "a_hysparse2_cache": hs2_cache(),
+                        "one_layer_missing": lambda x: StackCache(x.pos, x.copy().layers[:-1]),
+                        "layers_swapped": lambda x: StackCache(x.pos, [x.copy().layers[i] for i in (1, 0, 2)]),
+                        "negative_pos": lambda x: StackCache(-1, x.copy().layers),
+                        "float_pos": lambda x: StackCache(5.0, x.copy().layers),
+                        "pos_not_the_kv_length": lambda x: StackCache(x.pos + 1, x.copy().layers),
+                        "kv_of_another_width": lambda x: StackCache(x.pos, x.copy().layers[:2] + [
+                            KVCache(np.zeros((5, 1, 2)), np.zeros((5, 1, 4)))]),
+                        "nan_ssm_state": nan_state})
+
+
+def _stack_layer_cases(i):
+    """Layer i's entry of a copy of the 5-position cache, and entries of another kind or shape."""
+    from hybrid_lab.models.hysparse2 import KVCache
+    from hybrid_lab.models.stack import MambaState
+    layers = stack_cache().copy().layers
+    other = layers[1] if i != 1 else layers[2]
+    bad = {"not_a_cache": "cache", "another_kind": other}
+    if i == 0:
+        bad.update(wrong_conv_shape=MambaState(np.zeros((2, 16)), layers[0].ssm.copy()),
+                   nan_ssm=MambaState(layers[0].conv.copy(), np.full_like(layers[0].ssm, math.nan)))
+    else:
+        bad.update(kv_of_another_width=KVCache(np.zeros((5, 1, 2)), np.zeros((5, 1, 4))),
+                   kv_shorter_than_pos=KVCache(layers[i].k[:3].copy(), layers[i].v[:3].copy()))
+    return Custom(layers[i], bad)
+
+
+TABLE[f"{M}.stack.weight_shapes"] = Entry(lambda r: dict(cfg=_stack_cfg_cases()))
+TABLE[f"{M}.stack.n_params"] = TABLE[f"{M}.stack.weight_shapes"]
+SKIP[f"{M}.stack.MambaState"] = "a record built by Stack.new_cache / prefill (tested there)"
+SKIP[f"{M}.stack.StackCache"] = "a record built by Stack.new_cache / prefill (tested there)"
 
 # --- models.infllm (window 4, stride 2, 8-token blocks so S = 32 stays small)
 IL = dict(window=4, stride=2)
@@ -1614,6 +1723,438 @@ TABLE[f"{W}.sparda.format_summary"] = Entry(lambda r: dict(s=Custom(
      "negative_tok_s": {"serial_us": 50.0, "overlapped_us": 30.0, "tok_s": {"Sparse": -1.0}}})))
 
 
+# --- widgets.trained: notebook 10's plots of stored results / checkpoint metas / a numpy model's outputs
+ACC = {"mean": 0.5, "std": 0.1}
+MQAR_RES = {"mqar": {"models": {"dense": {"label": "dense", "accuracy": {"pairs=2": ACC, "pairs=4": ACC}},
+                                "mamba2": {"accuracy": {"pairs=2": ACC}}}}}
+
+
+def _res_cases(res, exp):
+    return Custom(res, {"not_a_dict": [res], "empty": {}, "no_models": {exp: {"models": {}}},
+                        "no_accuracy": {exp: {"models": {"dense": {"label": "dense"}}}}})
+
+
+@lazy
+def retrieval_res():
+    from hybrid_lab.widgets.trained import RETRIEVAL_SETTINGS
+    return {"retrieval": {"models": {m: {"accuracy": {s: ACC for s in RETRIEVAL_SETTINGS}} for m in ("dense", "swa")}}}
+
+
+@lazy
+def needle_batch():
+    """Two sequences of 32 tokens with one or two needles each (vocabulary tasks.VOCAB = 256)."""
+    from hybrid_lab.trained.tasks import needles
+    return needles(2, 32, n_needles=(1, 2), seed=0)
+
+
+def needle_vocab():
+    """The smallest vocab axis of logits on needle_batch (one above its largest target): one shorter is refused."""
+    return int(needle_batch().targets.max()) + 1
+
+
+@lazy
+def hs2_vocab_model():
+    """The table's HySparse2 with the tasks' vocabulary (256), so that a tasks.Batch is a valid input."""
+    from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config
+    return HySparse2(HySparse2Config(**dict(HS2, vocab=256)))
+
+
+def _hs2_cases():
+    return Custom(hs2_vocab_model(), {"not_a_hysparse2": "model", "a_stack": stack_model()})
+
+
+def _batch_cases():
+    return Custom(needle_batch(), {"not_a_batch": needle_batch().tokens, "a_string": "batch"})
+
+
+META = {"model": "dense", "seed": 0, "log": {"eval_step": [0, 10], "eval": [{"needle": 0.1}, {"needle": 0.5}]}}
+TABLE[f"{W}.trained.swa_reach"] = Entry(lambda r: {})
+NO_PAIRS = {"mqar": {"models": {"dense": {"accuracy": {"local": ACC}}}}}     # not an MQAR experiment
+TABLE[f"{W}.trained.plot_mqar"] = Entry(lambda r: dict(res=Custom(MQAR_RES, dict(_res_cases(MQAR_RES, "mqar").bad,
+                                                                                 no_pairs_settings=NO_PAIRS))))
+TABLE[f"{W}.trained.plot_retrieval"] = Entry(lambda r: dict(
+    res=_res_cases(retrieval_res(), "retrieval"),
+    models=Custom(["swa", "dense"], {"unknown_model": ["dense", "no-such-model"], "empty": [], "a_string": "dense"})))
+TABLE[f"{W}.trained.plot_curves"] = Entry(lambda r: dict(
+    metas=Custom([META], {"empty": [], "a_dict": META, "not_a_list": 3, "no_log": [{"model": "dense"}],
+                          "ragged_log": [dict(META, log={"eval_step": [0], "eval": [{"needle": 0.1}] * 2})]}),
+    setting=Choice("needle")))
+TABLE[f"{W}.trained.selection_map"] = Entry(lambda r: dict(
+    model=_hs2_cases(), tokens=IntArr(needle_batch().tokens[0].copy(), hi=256, lo=0, free=(0,)),
+    group=Index(1, hi=2), head=Index(0, hi=1)))
+TABLE[f"{W}.trained.plot_selection"] = Entry(lambda r: dict(model=_hs2_cases(), batch=Custom(
+    needle_batch(), dict(_batch_cases().bad, token_out_of_vocab=_batch_with_token(300))), row=Index(1, hi=2)))
+TABLE[f"{W}.trained.plot_needles"] = Entry(lambda r: dict(logits=N(r, 2, 32, needle_vocab()), batch=_batch_cases(),
+                                                          row=Index(1, hi=2)))
+TABLE[f"{W}.trained.bucket_accuracy"] = Entry(lambda r: dict(logits=N(r, 2, 32, needle_vocab()),
+                                                             batch=_batch_cases()))
+
+
+def _batch_with_token(t):
+    """needle_batch with token id t at position 0 of every row."""
+    from hybrid_lab.trained.tasks import Batch
+    b = needle_batch()
+    tokens = b.tokens.copy()
+    tokens[:, 0] = t
+    return Batch(tokens, b.targets.copy(), b.kind.copy(), b.dist.copy())
+SKIP[f"{W}.trained.explore"] = "an ipywidgets explorer (needs a display and checkpoints); its plots have entries"
+SKIP[f"{W}.trained.explorer"] = "builds an ipywidgets explorer (needs a display); test_widgets_trained moves one"
+
+
+def _a_figure():
+    from matplotlib.figure import Figure
+    return Figure(figsize=(1, 1))
+
+
+TABLE[f"{W}.trained.png_output"] = Entry(lambda r: dict(fig=Custom(_a_figure(), {"not_a_figure": "fig",
+                                                                                 "none": None})))
+
+
+# --- widgets.dsa_trained: notebook 11's plots of the dsa experiment's stored results and of a dense Stack
+def dsa_res():
+    """A results dict of the dsa experiment: k = 2 and 4 per selector, recall@8 and entropies of two layers."""
+    from hybrid_lab.trained.dsa import SELECTORS
+    acc = {"dense needle": ACC, "dense local": ACC}
+    acc.update({f"{s} k={k} {kind}": ACC for s in SELECTORS for k in (2, 4) for kind in ("needle", "local")})
+    acc.update({f"recall@8 {s} layer {i}": ACC for s in ("stage 1", "stage 2", "untrained") for i in (0, 1)})
+    acc.update({"entropy layer 0": {"mean": 3.0, "std": 0.1}, "entropy layer 1": {"mean": 1.0, "std": 0.2},
+                "entropy uniform": {"mean": 4.1461, "std": 0.0}})
+    return {"dsa": {"models": {"indexer": {"seeds": [0, 1], "accuracy": acc}}}}
+
+
+def _dsa_map_stats(fn):
+    res = dsa_res()
+    info = res["dsa"]["models"]["indexer"]
+    info["accuracy"] = {s: fn(a) for s, a in info["accuracy"].items()}
+    return res
+
+
+def _dsa_res_cases(**extra):
+    return Custom(dsa_res(), dict({
+        "not_a_dict": [dsa_res()], "empty": {}, "no_models": {"dsa": {"models": {}}},
+        "no_accuracy": {"dsa": {"models": {"indexer": {"seeds": [0]}}}},
+        "stat_not_a_dict": _dsa_map_stats(lambda a: 0.5), "str_mean": _dsa_map_stats(lambda a: dict(a, mean="0.5")),
+        "negative_std": _dsa_map_stats(lambda a: dict(a, std=-0.1)),
+        "inf_mean": _dsa_map_stats(lambda a: dict(a, mean=math.inf)),
+        "no_setting": {"dsa": {"models": {"indexer": {"accuracy": {"other": ACC}}}}}}, **extra))
+
+
+@lazy
+def dense_stack_model():
+    """A dense Stack (two full-attention layers) with the tasks' vocabulary (256), as the trained dsa model."""
+    from hybrid_lab.models.stack import Stack, StackConfig
+    return Stack(StackConfig(**dict(ST, vocab=256, layers=("attn", "attn"), rope_dims_attn=2)))
+
+
+def _dense_stack_cases():
+    return Custom(dense_stack_model(), {"not_a_model": "model", "a_mixed_stack": stack_model(),
+                                        "a_config": dense_stack_model().cfg})
+
+
+def _indexers(d_model=8, n=2):
+    from hybrid_lab.models.lightning_indexer import LightningIndexer
+    return [LightningIndexer(d_model, 4, 16, seed=i, rope_dims=8) for i in range(n)]
+
+
+TABLE[f"{W}.dsa_trained.plot_accuracy_vs_k"] = Entry(lambda r: dict(
+    res=_dsa_res_cases(mean_above_1=_dsa_map_stats(lambda a: dict(a, mean=1.5))), kind=Choice("needle")))
+TABLE[f"{W}.dsa_trained.plot_recall"] = Entry(lambda r: dict(res=_dsa_res_cases(), k=Size(8), seq_len=Size(16)))
+TABLE[f"{W}.dsa_trained.random_model_entropy"] = Entry(lambda r: dict(T=Size(16), seed=Count(0)))
+TABLE[f"{W}.dsa_trained.plot_entropy"] = Entry(lambda r: dict(
+    res=_dsa_res_cases(), random_entropy=Arr(np.array([4.0, 4.1, 4.14]), free=(0,))))   # any number of layers
+TABLE[f"{W}.dsa_trained.plot_selection_layers"] = Entry(lambda r: dict(
+    model=_dense_stack_cases(),
+    indexers=Custom(_indexers(), {"one_short": _indexers(n=1), "wrong_width": _indexers(d_model=16),
+                                  "not_indexers": ["a", "b"], "a_string": "indexers", "one_indexer": _indexers()[0]}),
+    tokens=IntArr(needle_batch().tokens[0].copy(), hi=256, lo=0, free=(0,)), k=Size(3), row_query=Index(20, hi=32),
+    evidence=IntArr(np.array([4, 5]), hi=32, lo=0, free=(0,)), title=Fixed("")))
+SKIP[f"{W}.dsa_trained.explore"] = "an ipywidgets explorer (needs a display and checkpoints); its plots have entries"
+
+# --- trained.tasks (the needle batch of widgets.trained above: B = 2, T = 32)
+T_ = "hybrid_lab.trained"
+TABLE[f"{T_}.tasks.Batch"] = Entry(lambda r: dict(tokens=IntArr(needle_batch().tokens.copy(), lo=0),
+                                                  targets=IntArr(needle_batch().targets.copy(), lo=-1),
+                                                  kind=IntArr(needle_batch().kind.copy(), hi=4, lo=0),
+                                                  dist=IntArr(needle_batch().dist.copy(), lo=0)))
+TABLE[f"{T_}.tasks.mqar"] = Entry(lambda r: dict(batch=2, seq_len=32, n_pairs=4, seed=Count(0)))
+TABLE[f"{T_}.tasks.needles"] = Entry(lambda r: dict(batch=2, seq_len=32, n_needles=(1, 2), seed=Count(0)))
+TABLE[f"{T_}.tasks.local_copy"] = Entry(lambda r: dict(batch=2, seq_len=40, seed=Count(0), n_queries=2))
+TABLE[f"{T_}.tasks.mix"] = Entry(lambda r: dict(batch=2, seq_len=64, seed=Count(0), n_needles=(1, 2), n_local=Count(2)))
+TABLE[f"{T_}.tasks.make_task"] = Entry(lambda r: dict(name=Choice("mqar"), batch=2, seq_len=32, seed=Count(0),
+                                                      n_pairs=4))
+TABLE[f"{T_}.tasks.accuracy"] = Entry(lambda r: dict(logits=N(r, 2, 32, needle_vocab()), batch=_batch_cases(),
+                                                     kind=2, dist_range=(0, 16)))
+TABLE[f"{T_}.tasks.token_name"] = Entry(lambda r: dict(t=Index(200, hi=256)))
+TABLE[f"{T_}.tasks.show"] = Entry(lambda r: dict(
+    batch=Custom(needle_batch(), dict(_batch_cases().bad, token_out_of_vocab=_batch_with_token(300))),
+    row=Index(1, hi=2), start=Index(2, hi=32), stop=Index(20, hi=33), per_line=Size(16)))
+
+
+# --- trained.dsa (notebook 11's experiment on the table's dense Stack: 2 layers, d_model 8, vocab 256; T = 32)
+def _tokens_1d():
+    return IntArr(needle_batch().tokens[0].copy(), hi=256, lo=0, free=(0,))
+
+
+def _tokens_2d(n=2):
+    return IntArr(needle_batch().tokens[:n].copy(), hi=256, lo=0, free=(0, 1))
+
+
+def _indexer_cases(**extra):
+    return Custom(_indexers(), dict({"one_short": _indexers(n=1), "wrong_width": _indexers(d_model=16),
+                                     "not_indexers": ["a", "b"], "a_string": "indexers",
+                                     "one_indexer": _indexers()[0]}, **extra))
+
+
+def _selector_cases():
+    """A valid selector (dsa.oracle_selector(3)) and selectors whose answers break the (T, Hkv, K) rule (Custom calls
+    a callable bad value with the baseline: each is wrapped once)."""
+    from hybrid_lab.trained.dsa import oracle_selector
+
+    def answering(fn):
+        return lambda _: lambda i, x, probs: fn(len(x))
+    return Custom(oracle_selector(3), {
+        "not_callable": 3, "wrong_shape": answering(lambda T: np.zeros((T, 3), np.int64)),
+        "float_positions": answering(lambda T: np.zeros((T, 1, 2))),
+        "future_position": answering(lambda T: np.minimum(np.arange(T) + 1, T - 1)[:, None, None]),
+        "below_-1": answering(lambda T: np.full((T, 1, 2), -2))})
+
+
+TABLE[f"{T_}.dsa.layer_qkv"] = Entry(lambda r: dict(model=_dense_stack_cases(), i=Index(1, hi=2),
+                                                    x=Arr(N(r, 5, 8), free=(0,))))
+TABLE[f"{T_}.dsa.sparse_forward"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_1d(),
+                                                         selector=_selector_cases(),
+                                                         capture=Custom(None, {"not_a_list": {}, "a_number": 3})))
+TABLE[f"{T_}.dsa.layer_attention"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_1d()))
+TABLE[f"{T_}.dsa.oracle_selector"] = Entry(lambda r: dict(k=Size(3)))
+TABLE[f"{T_}.dsa.indexer_selector"] = Entry(lambda r: dict(   # no model here: the width is checked when selecting
+    indexers=Custom(_indexers(), {"empty": [], "not_indexers": ["a", "b"], "a_string": "indexers",
+                                  "one_indexer": _indexers()[0]}), k=Size(3)))
+TABLE[f"{T_}.dsa.random_selector"] = Entry(lambda r: dict(k=Size(3), seed=Count(0)))
+TABLE[f"{T_}.dsa.train_layer_indexers"] = Entry(lambda r: dict(      # one step on one sequence: milliseconds
+    model=_dense_stack_cases(), train_tokens=_tokens_2d(1), steps=Size(1), lr=Real(1e-2), stage=Choice("sparse"),
+    topk=Size(2), indexers=Custom(None, {k: v for k, v in _indexer_cases().bad.items() if k != "one_indexer"}),
+    n_heads=Size(4), d_index=Size(16), rope_dims=Count(8), seed=Count(0), show_progress=Fixed(False)))
+TABLE[f"{T_}.dsa.indexer_recall"] = Entry(lambda r: dict(model=_dense_stack_cases(), indexers=_indexer_cases(),
+                                                         tokens=_tokens_2d(), k=Size(4)))
+TABLE[f"{T_}.dsa.attention_entropy_rows"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
+                                                                 min_visible=Size(16)))
+
+
+def _stage_indexers(**kw):
+    return {name: _indexers(**kw) for name in ("indexer stage 1", "indexer stage 2", "untrained indexer")}
+
+
+TABLE[f"{T_}.dsa.evaluate_selectors"] = Entry(lambda r: dict(      # k = 2 only: 6 settings x 2 sequences of 32
+    model=_dense_stack_cases(),
+    batch=Custom(needle_batch(), dict(_batch_cases().bad, token_out_of_vocab=_batch_with_token(300))),
+    indexers=Custom(_stage_indexers(), {
+        "not_a_dict": _indexers(), "missing_stage": {k: v for k, v in _stage_indexers().items() if "2" not in k},
+        "wrong_width": _stage_indexers(d_model=16), "not_indexers": dict(_stage_indexers(), **{"indexer stage 1": "a"})}),
+    ks=(2,), seed=Count(0)))
+TABLE[f"{T_}.dsa.run_experiment"] = Entry(lambda r: dict(   # quick: 60 steps on the stored dense model, about 2 s
+    out=Custom(os.path.join(_tmpdir(), "dsa_run"), {"a_number": 3, "a_list": ["out"]}),
+    seeds=Custom((0,), {"empty": (), "a_number": 0, "negative": (-1,), "float": (0.5,), "nan": (math.nan,),
+                        "a_string": ("0",), "not_stored": (7,)}),
+    quick=Custom(True, {"a_string": "yes", "a_number": 3}), command=Custom("bad-input test", {"a_number": 3})))
+
+
+@lazy
+def ckpt_store():
+    """A checkpoint folder as ``hybrid-lab train`` writes it, at the table's sizes: a model checkpoint of the table's
+    Stack (retrieval/tiny/seed0), a dsa indexer checkpoint on the stored dense model (dsa/indexer/seed0, both
+    stages), the same with stage 2 missing (as written before both stages were stored), and two broken checkpoints (a meta that is not JSON, one that is a list).
+    Returns {name: path without suffix}."""
+    from hybrid_lab.models.lightning_indexer import LightningIndexer
+    from hybrid_lab.trained import families, store
+    root = os.path.join(_tmpdir(), "checkpoints")
+    dense_meta = store.read_checkpoint(store.CHECKPOINTS / "retrieval" / "dense" / "seed0")[1]
+    dense_cfg = families.config_from_json(dense_meta["model_config"])
+    D, L = dense_cfg.d_model, dense_cfg.n_layers
+    ix = {f"stage{st}.layer.{i}.{n}": a for st in (1, 2) for i in range(L)
+          for n, a in LightningIndexer(D, 4, 16, seed=st * 10 + i, rope_dims=8).params.items()}
+    paths = {name: os.path.join(root, *rel) for name, rel in {
+        "model": ("retrieval", "tiny", "seed0"), "dsa": ("dsa", "indexer", "seed0"),
+        "dsa_stage1_only": ("dsa", "indexer", "seed1"), "not_json": ("broken", "a", "seed0"),
+        "json_list": ("broken", "b", "seed0")}.items()}
+    store.save_checkpoint(paths["model"], stack_model().weights,
+                          {"experiment": "retrieval", "model_config": families.config_to_json(stack_model().cfg)})
+    dsa_meta = {"experiment": "dsa", "base_checkpoint": "retrieval/dense/seed0",
+                "model_config": dense_meta["model_config"]}
+    store.save_checkpoint(paths["dsa"], ix, dsa_meta)
+    store.save_checkpoint(paths["dsa_stage1_only"], {k: v for k, v in ix.items() if k.startswith("stage1.")},
+                          dsa_meta)
+    for name, text in (("not_json", "{meta"), ("json_list", "[1, 2]")):
+        store.save_checkpoint(paths[name], {"w": np.zeros(2)}, {})
+        with open(paths[name] + ".json", "w") as f:
+            f.write(text)
+    return dict(paths, root=root)
+
+
+def _ckpt_cases(valid, **extra):
+    c = ckpt_store()
+    return Custom(c[valid], dict({"missing": "/nonexistent/seed0", "a_number": 3, "not_json": c["not_json"],
+                                 "json_list": c["json_list"]}, **extra))
+
+
+TABLE[f"{T_}.dsa.load_indexers"] = Entry(lambda r: dict(
+    path=_ckpt_cases("dsa", a_model_checkpoint=ckpt_store()["model"], stage2_missing=ckpt_store()["dsa_stage1_only"]),
+    stage=Custom(2, {"zero": 0, "three": 3, "float": 2.0, "str": "2", "bool": True, "nan": math.nan}),
+    dtype=Choice("float64")))
+
+# --- trained.store (the checkpoints of ckpt_store above)
+TABLE[f"{T_}.store.save_checkpoint"] = Entry(lambda r: dict(
+    path=Custom(os.path.join(_tmpdir(), "saved", "seed0"), {"a_number": 3, "a_list": ["seed0"]}),
+    weights=Custom({"w": N(r, 2, 3), "b": N(r, 3)}, {
+        "empty": {}, "not_a_dict": [N(r, 3)], "nan": {"w": np.array([1.0, math.nan])},
+        "inf": {"w": np.array([1.0, -math.inf])}, "above_fp16": {"w": np.array([0.5, 1e5])},
+        "str_values": {"w": np.array(["1.0"])}, "int_values": {"w": np.arange(3)},
+        "complex_values": {"w": np.ones(2, complex)}, "not_an_array": {"w": "w"}, "non_str_name": {3: np.ones(2)}}),
+    meta=Custom({"experiment": "x", "seed": 0}, {"not_a_dict": [1], "not_json": {"x": object()}})))
+TABLE[f"{T_}.store.read_checkpoint"] = Entry(lambda r: dict(path=_ckpt_cases("model"), dtype=Choice("float32")))
+TABLE[f"{T_}.store.load_checkpoint"] = Entry(lambda r: dict(
+    path=_ckpt_cases("model", a_dsa_checkpoint=ckpt_store()["dsa"]), dtype=Choice("float32")))
+TABLE[f"{T_}.store.list_checkpoints"] = Entry(lambda r: dict(
+    root=Custom(ckpt_store()["root"], {"missing": "/nonexistent", "a_number": 3,
+                                       "a_file": ckpt_store()["model"] + ".json"}),
+    experiments=Custom(["dsa"], {"a_string": "dsa", "not_names": [3], "a_number": 3})))
+
+
+# --- trained.families (a stack spec at the table's Stack width)
+@lazy
+def tiny_spec():
+    from hybrid_lab.trained.families import ModelSpec
+    return ModelSpec("tiny", "stack", {k: v for k, v in ST.items() if k not in ("vocab", "d_ff")}, "tiny", d_ff=8)
+
+
+def _spec_cases():
+    return Custom(tiny_spec(), {"not_a_spec": "stack", "a_dict": {"name": "tiny", "family": "stack"}})
+
+
+TABLE[f"{T_}.families.ModelSpec"] = Entry(lambda r: dict(
+    name=Fixed("tiny"), family=Choice("stack"), kw={k: v for k, v in ST.items() if k not in ("vocab", "d_ff")},
+    label=Fixed("tiny"), match=Fixed(True), d_ff=Size(8)))
+allow(f"{T_}.families.ModelSpec", "kw", "empty", "no field set: the family's default config (valid)")
+TABLE[f"{T_}.families.make_config"] = Entry(lambda r: dict(spec=_spec_cases(), vocab=16, d_ff=8, seed=Count(0),
+                                                         window=2))       # window: an override of a spec field
+TABLE[f"{T_}.families.n_params"] = Entry(lambda r: dict(cfg=_stack_cfg_cases()))
+TABLE[f"{T_}.families.match_d_ff"] = Entry(lambda r: dict(spec=_spec_cases(), vocab=16, target=Size(2000), window=2))
+TABLE[f"{T_}.families.config_to_json"] = Entry(lambda r: dict(cfg=_stack_cfg_cases()))
+
+
+def _cfg_json_cases():
+    from hybrid_lab.trained.families import config_to_json
+    d = config_to_json(stack_model().cfg)
+    return Custom(d, {"not_a_dict": "d", "unknown_family": dict(d, family="gpt"), "missing_config": {"family": "stack"},
+                      "config_not_a_dict": dict(d, config="x"),
+                      "unknown_field": dict(d, config=dict(d["config"], n_experts=4)),
+                      "bad_field_value": dict(d, config=dict(d["config"], d_model=-8))})
+
+
+TABLE[f"{T_}.families.config_from_json"] = Entry(lambda r: dict(d=_cfg_json_cases(), dtype=Choice("float32")))
+TABLE[f"{T_}.families.numpy_model"] = Entry(lambda r: dict(cfg=_stack_cfg_cases(), weights=stack_model().weights))
+TABLE[f"{T_}.families.numpy_logits"] = Entry(lambda r: dict(
+    model=Custom(stack_model(), {"not_a_model": "model", "a_config": stack_model().cfg}),
+    tokens=IntArr(np.array([[1, 2, 3], [4, 5, 6]]), hi=16, lo=0, free=(0, 1))))
+allow(f"{T_}.families.numpy_logits", "tokens", "missing_axis", "documented: tokens (T,) is one sequence (T, vocab)")
+TABLE[f"{T_}.families.decode_ledger"] = Entry(lambda r: dict(cfg=_stack_cfg_cases(), context=64, bytes_per=2))
+SKIP[f"{T_}.families.torch_model"] = "builds a torch twin (needs torch); tested in tests/test_trained_*.py"
+
+
+# --- trained.report (a results dict as train.aggregate writes it, both experiments, every setting the tables read)
+def report_res():
+    def model(settings):
+        return {"label": "m", "n_params": 1000, "seeds": [0, 1], "tokens_per_s": [1, 1],
+                "accuracy": {s: {"mean": 0.5, "std": 0.1} for s in settings},
+                "per_seed": {s: [0.4, 0.6] for s in settings}}
+    retrieval = ("needle", "needle d=0-16", "needle d=16-64", "needle d=64-128", "local", "needles=4")
+    return {"mqar": {"models": {m: model(("pairs=2", "pairs=32"))
+                                for m in ("mamba2", "mamba2_hybrid", "dense", "mamba2_N32")}},
+            "retrieval": {"models": {m: model(retrieval) for m in ("dense", "hysparse2", "hysparse2_block",
+                                                                   "hysparse2_nowindow", "hysparse2_gatedswa",
+                                                                   "hysparse2_nobridge")}}}
+
+
+def _map_models(fn):
+    """report_res with fn(model info) applied to every model of every experiment."""
+    res = report_res()
+    for e in res.values():
+        e["models"] = {m: fn(info) for m, info in e["models"].items()}
+    return res
+
+
+def _map_stats(fn):
+    return _map_models(lambda info: dict(info, accuracy={s: fn(a) for s, a in info["accuracy"].items()}))
+
+
+def _report_res_cases(**extra):
+    return Custom(report_res(), dict({
+        "not_a_dict": [report_res()], "empty": {}, "no_models": {"mqar": {"models": {}}, "retrieval": {"models": {}}},
+        "no_accuracy": _map_models(lambda info: {k: v for k, v in info.items() if k != "accuracy"}),
+        "stat_not_a_dict": _map_stats(lambda a: 0.5), "mean_above_1": _map_stats(lambda a: dict(a, mean=1.5)),
+        "negative_std": _map_stats(lambda a: dict(a, std=-0.1)), "nan_std": _map_stats(lambda a: dict(a, std=math.nan)),
+        "str_mean": _map_stats(lambda a: dict(a, mean="0.5")),
+        "no_seeds": _map_models(lambda info: {k: v for k, v in info.items() if k != "seeds"})}, **extra))
+
+
+SHOWS_NA = ("'n/a' in the result", lambda r: "n/a" in repr(r))
+TABLE[f"{T_}.report.load_results"] = Entry(lambda r: dict(path=Custom(resolve(f"{T_}.report.RESULTS"), {
+    "missing_file": "/nonexistent/results.json", "not_json": _text_file("bad.json", "{results"),
+    "json_list": _text_file("list.json", "[1, 2]")})))
+
+
+def _text_file(name, text):
+    p = _tmp(name)
+    with open(p, "w") as f:
+        f.write(text)
+    return p
+
+
+TABLE[f"{T_}.report.acc"] = Entry(lambda r: dict(
+    res=_report_res_cases(not_measured=_map_stats(lambda a: {"mean": math.nan, "std": math.nan})),
+    exp=Choice("mqar"), model=Choice("dense"), setting=Choice("pairs=2")))
+allow(f"{T_}.report.acc", "res", "not_measured", "documented: a setting without answers has mean NaN (not measured)",
+      SHOWS_NAN)
+TABLE[f"{T_}.report.fmt"] = Entry(lambda r: dict(mean=Real(0.5), std=Real(0.1)))
+allow(f"{T_}.report.fmt", "mean", "nan", "documented: a NaN mean (not measured) prints as n/a", SHOWS_NA)
+allow(f"{T_}.report.fmt", "*", "zero", "an accuracy of 0 and a std of 0 are valid")
+TABLE[f"{T_}.report.table"] = Entry(lambda r: dict(
+    res=_report_res_cases(no_n_params=_map_models(lambda info: {k: v for k, v in info.items() if k != "n_params"})),
+    exp=Choice("mqar"), models=Custom(["dense", "mamba2"], {"empty": [], "a_string": "dense", "unknown": ["gpt"],
+                                                             "not_names": [3]}),
+    settings=Custom(["pairs=2", "pairs=32"], {"empty": [], "a_string": "pairs=2", "unknown": ["pairs=7"]})))
+TABLE[f"{T_}.report.Direction"] = Entry(lambda r: dict(name=Fixed("x"), better=Choice("hysparse2"),
+                                                       worse=Choice("hysparse2_block"), setting=Choice("needles=4"),
+                                                       expect=Choice("better"), reported=Fixed("paper")))
+allow(f"{T_}.report.Direction", "setting", "unknown_name",
+      "settings are the results' own names: checked where a row is computed (report.acc)")
+TABLE[f"{T_}.report.verdict"] = Entry(lambda r: dict(better=(0.9, 0.02), worse=(0.5, 0.05), expect=Choice("better")))
+allow(f"{T_}.report.verdict", ["better", "worse"], "entry_nan",
+      "documented: a NaN mean (not measured) gives 'n/a: not measured' (a NaN std of a measured mean is refused)",
+      SHOWS_NA)
+TABLE[f"{T_}.report.direction_rows"] = Entry(lambda r: dict(
+    res=_report_res_cases(), exp=Choice("retrieval"),
+    directions=Custom(resolve(f"{T_}.report.DIRECTIONS"), {"empty": (), "not_directions": ("a",),
+                                                            "a_direction": resolve(f"{T_}.report.DIRECTIONS")[0]})))
+TABLE[f"{T_}.report.recovery_state"] = Entry(lambda r: dict(
+    res=_report_res_cases(
+        no_mamba2={"mqar": {"models": {"dense": report_res()["mqar"]["models"]["dense"]}}},
+        bad_state_name={"mqar": {"models": {"mamba2_Nx": report_res()["mqar"]["models"]["mamba2_N32"]}}},
+        no_per_seed=_map_models(lambda info: {k: v for k, v in info.items() if k != "per_seed"}),
+        str_per_seed=_map_models(lambda info: dict(info, per_seed={s: ["0.5"] for s in info["per_seed"]}))),
+    setting=Choice("pairs=32"), exp=Choice("mqar"), level=Real(0.9)))
+allow(f"{T_}.report.recovery_state", "level", "zero", "level 0: every trained N reaches it (valid)")
+
+
+def _ledger_configs():
+    cfg = stack_model().cfg
+    return Custom({"a": cfg}, {"empty": {}, "not_a_config": {"a": "cfg"}, "not_a_dict": [cfg]})
+
+
+TABLE[f"{T_}.report.ledger_rows"] = Entry(lambda r: dict(configs=_ledger_configs(), contexts=(16, 64)))
+TABLE[f"{T_}.report.why_hybrids_rows"] = Entry(lambda r: dict(res=_report_res_cases(), setting=Choice("pairs=32")))
+TABLE[f"{T_}.report.why_hysparse2_rows"] = Entry(lambda r: dict(res=_report_res_cases(), far=Choice("needle d=64-128"),
+                                                                near=Choice("needle d=0-16")))
+
 
 # --- widgets.backend_swap: the numpy/Triton comparison demos (notebook cells)
 for fn in ("demo_01", "demo_04", "demo_06", "demo_08"):
@@ -1766,7 +2307,8 @@ def public_callables():
     for sub in LAYERS:
         pkg = importlib.import_module(f"hybrid_lab.{sub}")
         for info in pkgutil.walk_packages(pkg.__path__, prefix=f"hybrid_lab.{sub}."):
-            if any(p.startswith("_") for p in info.name.split(".")[2:]):
+            if any(p.startswith("_") for p in info.name.split(".")[2:]) \
+                    or any(fnmatch.fnmatchcase(info.name, pat) for pat in EXCLUDED_MODULES):
                 continue
             try:
                 mod = importlib.import_module(info.name)

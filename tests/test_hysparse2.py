@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from hybrid_lab.models.hysparse2 import (HySparse2, HySparse2Cache, HySparse2Config, replay_errors, replay_tail,
                                          self_decoder_weight_names)
-from hybrid_lab.ops.fa_decode import fa_decode_topk, forced_window_select
+from hybrid_lab.ops.fa_decode import fa_decode_topk, forced_window_select, with_forced_window
 from hybrid_lab.core.blocks import masked_attention
 from hybrid_lab.ops.sparse_attention import sparse_attention
 
@@ -148,6 +148,9 @@ def test_forced_window_select_semantics():
     assert list(idx[2:]) == [4, 0, 2]                               # top-3 of s <= 4 by score (9, 5, 4)
     idx = forced_window_select(scores, np.array([1]), 3, 2)[0, 0]
     assert list(idx) == [-1, 0, 1, -1, -1]                           # short context: padding, no duplicates
+    idx = forced_window_select(np.repeat(scores, 2, 0), np.array([6, 1]), 0, 3)[:, 0]   # window 0 ("no SWA"):
+    assert idx.tolist() == [[4, 0, 2], [0, 1, -1]]                   # top-k of every visible position
+    np.testing.assert_array_equal(with_forced_window(idx[:, None], np.array([6, 1]), 0), idx[:, None])
 
 
 @pytest.mark.parametrize("q_pos, msg", [
@@ -202,12 +205,17 @@ def test_fa_decode_topk_twin():
 
 
 @pytest.mark.parametrize("kw, msg", [
-    (dict(topk=0), "topk"), (dict(window=0), "window"), (dict(window=-3), "window"),
+    (dict(topk=0), "topk"), (dict(window=-3), "window"),    # window=0 is valid: the "no forced window" ablation
     (dict(cross_layers=24, group_size=5), "group_size=5 must divide"),
     (dict(cross_layers=4, group_size=2, bridge_sources=("self_fa_input", "mirror")), "unknown bridge source"),
     (dict(cross_layers=4, group_size=2, bridge_sources=("boundary",)), "one entry per cross group"),
     (dict(n_heads_q=3, n_heads_kv=2), "multiple"), (dict(swa_window=0), "swa_window"),
     (dict(dtype="float16"), "dtype"), (dict(rope_dims=3), "rope_dims"),
+    (dict(select="tokens"), "select must be one of"), (dict(select=None), "select must be one of"),
+    (dict(select="block", topk=8, select_block=3), "topk=8 must be a multiple of select_block=3"),
+    (dict(select_block=0), "select_block"), (dict(bridging=1), "bridging must be True or False"),
+    (dict(bridging="no"), "bridging must be True or False"),
+    (dict(cross_layers=4, group_size=2, bridging=False, bridge_sources=("boundary", "boundary")), "needs bridging"),
 ])
 def test_bad_configs(kw, msg):
     with pytest.raises(ValueError, match=msg):

@@ -10,6 +10,7 @@
     hybrid-lab slides solutions/01_x.ipynb [--out F] [--mark]             # an offline deck (slides.py)
     hybrid-lab export nbgrader DIR       # an nbgrader course (release.py)
     hybrid-lab bench [NAME ...]          # run benchmarks/bench_*.py (JSON under benchmarks/results/)
+    hybrid-lab train EXPERIMENT [--quick] [--jobs N]   # train the small models of notebook 10 (trained/train.py)
 
 Every failure prints one line, ``hybrid-lab: what is wrong; the command that fixes it``, and exits non-zero (2 for a
 usage or set-up mistake, 1 when grading finds a failing exercise); never a traceback (``HYBRID_LAB_DEBUG=1`` shows
@@ -31,7 +32,7 @@ from pathlib import Path
 from hybrid_lab.course import classgrade, release, slides
 from hybrid_lab.course import pipeline as course
 
-COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export")
+COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train")
 # JupyterLab's plugin that asks "Would you like to get notified about official Jupyter news?" on first start and
 # checks for updates; it needs the internet, and its pop-up covers the notebook. (`--LabApp.news_url=None` alone
 # does not stop the question: JupyterLab 4 asks as long as the `fetchNews` setting is "none".)
@@ -165,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+")
     p = sub.add_parser("bench", help="run benchmarks/bench_*.py")
     p.add_argument("names", nargs="*")
+    p = sub.add_parser("train", help="train the small models of notebook 10: train mqar|retrieval|all [--quick] "
+                                     "[--jobs N] (hybrid-lab train --help-train for every option)")
+    p.add_argument("experiment", nargs="?")
+    p.add_argument("--help-train", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
@@ -234,7 +239,19 @@ def _check(a) -> int:
     return 1 if bad else 0
 
 
-HANDLERS = {"open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
+def _train(a) -> int:
+    from hybrid_lab.trained import train      # torch is imported only by the training processes
+
+    args = ([a.experiment] if a.experiment else []) + a.extra + (["--help"] if a.help_train else [])
+    try:
+        return train.main(args)
+    except SystemExit as exc:                  # argparse's own --help / usage exit
+        return int(exc.code or 0)
+    except ValueError as exc:
+        raise course.CourseError(str(exc)) from None
+
+
+HANDLERS = {"train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
             "execute": _execute, "check": _check}
 
 
@@ -246,7 +263,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         a, unknown = _parser().parse_known_args(argv)
-        if a.cmd == "open":
+        if a.cmd in ("open", "train"):
             a.extra = unknown  # what hybrid-lab does not know goes on to jupyter lab (--port 8890 --no-browser)
         elif unknown:
             raise UsageError(f"`{a.cmd}` does not take {' '.join(unknown)}")

@@ -11,6 +11,13 @@ A group is ``FA, SA, SA, ...``; the model is a stack of groups.
   over those tokens), and an independent sliding-window branch (window 128 in the paper) reads a local KV that the SA
   layer projects from its OWN hidden states. Two softmaxes; a learned sigmoid gate per branch fuses them.
 - MLP in place of the paper's MoE (the routing does not change any dependency this lab studies).
+- Positions: FA and the sparse branch are NoPE, as in the papers. ``rope_dims > 0`` rotates the first ``rope_dims``
+  channels of the sliding-window branch's q and k (partial RoPE, ``apply_rope``), as HySparse2's SWA layers do.
+  Off by default (the random-weight notebooks are NoPE), but a model you TRAIN needs it: inside a window a NoPE
+  softmax sees a set of tokens, not a sequence, so the window branch cannot tell which token came right before
+  which, and a v1 model could not learn "the value follows its key". ``sinks=True`` adds a per-head sink logit to
+  the window branch (``layer.{i}.swa.sink``: ``exp(sink)`` joins its softmax denominator), as HySparse2's SWA
+  layers have. ``n_params(cfg)`` counts the weight elements.
 
 The shared blocks (RMSNorm, masked dense attention, weight init) come from ``hybrid_lab.core.blocks``.
 """
@@ -21,12 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybrid_lab.core import checks
-from hybrid_lab.core.blocks import (attn_weights, init_weight, masked_attention, masked_attention_probs, mlp_weights,
-                                    rms_norm, sigmoid, silu)
+from hybrid_lab.core.blocks import (apply_rope, attn_weights, init_weight, masked_attention, masked_attention_probs,
+                                    mlp_weights, rms_norm, sigmoid, silu)
 from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 __all__ = [
-    "HySparseConfig", "HySparse",
+    "HySparseConfig", "HySparse", "n_params",
     "block_scores", "select_blocks", "blocks_to_tokens", "gated_fusion",
     "drifting_attention_stack", "topk_overlap_by_distance",
 ]
@@ -108,6 +115,9 @@ class HySparseConfig:
     """HySparse (v1) at toy width. Paper: 64-token blocks, 16 blocks, SWA window 128, GQA 64/4, head dims 192/128.
 
     ``n_layers`` layers in groups of ``group_size`` = 1 FA + (group_size - 1) SA.
+    ``rope_dims`` (even, <= d_qk; 0 = NoPE) and ``rope_base``: partial RoPE on the q and k of the SA layers'
+    sliding-window branch only (FA and the sparse branch stay NoPE). ``sinks``: a per-head sink logit on that branch.
+    The defaults (NoPE, no sinks) keep the weights and outputs of the random-weight notebooks.
     """
     vocab: int = 64
     d_model: int = 32
@@ -121,6 +131,9 @@ class HySparseConfig:
     block_size: int = 4
     n_blocks: int = 4
     window: int = 8
+    rope_dims: int = 0
+    rope_base: float = 10000.0
+    sinks: bool = False
     seed: int = 0
     dtype: str = "float64"
 
@@ -130,6 +143,12 @@ class HySparseConfig:
             checks.pos_int(name, getattr(self, name))
         checks.heads(self.n_heads_q, self.n_heads_kv)
         checks.nonneg_int("seed", self.seed)
+        checks.nonneg_int("rope_dims", self.rope_dims)
+        if self.rope_dims % 2 or self.rope_dims > self.d_qk:
+            raise ValueError(f"rope_dims must be even and in [0, d_qk={self.d_qk}], got {self.rope_dims}")
+        checks.positive_number("rope_base", self.rope_base)
+        if not isinstance(self.sinks, (bool, np.bool_)):
+            raise ValueError(f"sinks must be True or False, got {self.sinks!r}")
         if self.n_layers % self.group_size:
             raise ValueError(f"group_size={self.group_size} must divide n_layers={self.n_layers} "
                              f"(each group is 1 FA + {self.group_size - 1} SA)")
@@ -176,7 +195,7 @@ class HySparse:
                 w.update(attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt))
             else:  # sparse branch (queries only: K/V come from the FA) + local branch with its own KV
                 w.update(attn_weights(rng, p + "attn.", D, Hq, Hkv, dk, dv, dt, kv=False, gate=True))
-                w.update(attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True))
+                w.update(attn_weights(rng, p + "swa.", D, Hq, Hkv, dk, dv, dt, gate=True, sink=cfg.sinks))
             w.update(mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
         return w
 
@@ -223,7 +242,9 @@ class HySparse:
                 kl = (x @ w[p + "swa.wk"]).reshape(L, Hkv, dk)        # the local branch's OWN KV, from this layer
                 vl = (x @ w[p + "swa.wv"]).reshape(L, Hkv, dv)
                 ql = (x @ w[p + "swa.wq"]).reshape(L, Hq, dk)
-                o_loc, _ = masked_attention(ql, kl, vl, local, scale)
+                ql = apply_rope(ql, pos, cfg.rope_dims, cfg.rope_base)    # rope_dims = 0: unchanged (NoPE)
+                kl = apply_rope(kl, pos, cfg.rope_dims, cfg.rope_base)
+                o_loc, _ = masked_attention(ql, kl, vl, local, scale, sink=w.get(p + "swa.sink"))
                 g_sa = (x @ w[p + "attn.wg"]).reshape(L, Hq, dv)
                 g_loc = (x @ w[p + "swa.wg"]).reshape(L, Hq, dv)
                 details["sa_outputs"].append(o_sa)
@@ -232,6 +253,25 @@ class HySparse:
             h = h + silu(rms_norm(h) @ w[p + "mlp.w1"]) @ w[p + "mlp.w2"]
         logits = rms_norm(h) @ w["lm_head"]
         return (logits, details) if return_details else logits
+
+
+def n_params(cfg: HySparseConfig) -> int:
+    """Number of weight elements of ``HySparse.init_weights(cfg)`` (embedding and LM head included).
+
+    Counts every stored array, also ``layer.{i}.swa.wo``, which ``init_weights`` creates but the forward never reads
+    (both branches leave through ``attn.wo`` after the gated fusion).
+    """
+    if not isinstance(cfg, HySparseConfig):
+        raise ValueError(f"cfg must be a HySparseConfig, got {type(cfg).__name__}")
+    D, Hq, Hkv, dk, dv = cfg.d_model, cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+    q_o = D * Hq * dk + Hq * dv * D                      # wq, wo
+    kv = D * Hkv * (dk + dv)                              # wk, wv
+    gate = D * Hq * dv                                    # wg
+    mlp = 2 * D * cfg.d_ff
+    fa = q_o + kv + mlp
+    sa = (q_o + gate) + (q_o + kv + gate + (Hq if cfg.sinks else 0)) + mlp   # sparse branch + window branch
+    n_fa = cfg.n_layers // cfg.group_size
+    return 2 * cfg.vocab * D + n_fa * fa + (cfg.n_layers - n_fa) * sa
 
 
 # ------------------------------------------------------------------ cross-layer stability of the top-k sets

@@ -31,6 +31,12 @@ API for prefill/decode disaggregation (a P worker needs only ``embed``, ``self.*
     logits, cache = model.prefill(tokens, early_exit=False)   # reference: Cross on every position
     bundle = cache.to_arrays(); cache = HySparse2Cache.from_arrays(bundle)   # flat arrays for a transport
 
+Ablations (paper §17; defaults = the paper model, outputs unchanged): ``select="block"`` (HySparse v1's rule at the
+same budget: the top ``topk // select_block`` blocks of ``select_block`` positions by the FA's mass outside the
+window), ``window=0`` (no forced window: top-k over everything visible), ``cross_swa_window > 0`` (a gated SWA branch
+with its own KV in every SA layer), ``bridging=False`` (every cross FA projects its own K/V from its own input: no
+early exit, no P/D split). ``forward(tokens)`` is the full-sequence reference; ``n_params(cfg)`` counts weights.
+
 ``HYSPARSE2_80B`` and the cache/FLOP accounting of the paper configuration live in ``hybrid_lab.costs.hysparse_ledger``.
 """
 from __future__ import annotations
@@ -43,15 +49,17 @@ import numpy as np
 from hybrid_lab.core import checks
 from hybrid_lab.core.blocks import (apply_rope, attn_weights, init_weight, masked_attention, mlp_weights, rms_norm,
                                     sigmoid, silu)
+from hybrid_lab.models.hysparse import block_scores, blocks_to_tokens
 from hybrid_lab.ops.fa_decode import fa_attention, fa_decode_topk, forced_window_select, with_forced_window
-from hybrid_lab.ops.sparse_attention import sparse_attention
+from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 
 __all__ = [
-    "BRIDGE_SOURCES", "HySparse2Config", "KVCache", "WindowKVCache", "HySparse2Cache", "HySparse2",
-    "replay_tail", "self_decoder_weight_names", "captured_mass", "replay_errors",
+    "BRIDGE_SOURCES", "SELECTIONS", "HySparse2Config", "KVCache", "WindowKVCache", "HySparse2Cache", "HySparse2",
+    "replay_tail", "self_decoder_weight_names", "captured_mass", "replay_errors", "n_params",
 ]
 
 BRIDGE_SOURCES = ("self_fa_input", "boundary")
+SELECTIONS = ("token", "block")
 
 
 # ---------------------------------------------------------------------------------------------------- config
@@ -65,6 +73,13 @@ class HySparse2Config:
     ``bridge_sources``: per cross group, ``"self_fa_input"`` (paper) or ``"boundary"`` (the Self/Cross boundary
     state, the other source the paper's Figure 2 also draws). ``cross_swa_window > 0`` adds a v1-style sliding-window
     branch with its OWN KV to every cross SA layer: a counterexample that breaks the exact early exit.
+
+    Ablations of the paper's §17 (the defaults are the paper model): ``select="block"`` picks the SA positions as
+    HySparse v1 does, by blocks of ``select_block`` positions (the FA's mass outside the window summed per block, top
+    ``topk // select_block`` blocks, so the same budget; ``topk`` must be a multiple of ``select_block``);
+    ``window=0`` drops the forced window (top-``topk`` of every visible position); ``bridging=False`` gives every
+    cross FA its own K/V projections of its own input hidden state (``cross.{g}.fa.attn.wk/wv``, no ``bridge.*``):
+    the cross KV then exists only where the Cross-decoder ran, so there is no early exit.
     """
     vocab: int = 64
     d_model: int = 32
@@ -86,14 +101,17 @@ class HySparse2Config:
     gates: bool = True
     sinks: bool = True
     cross_swa_window: int = 0
+    select: str = "token"
+    select_block: int = 8
+    bridging: bool = True
     seed: int = 0
     dtype: str = "float64"
 
     def __post_init__(self):
-        for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "cross_layers", "group_size", "window", "topk",
-                     "swa_window"):
+        for name in ("vocab", "d_model", "d_qk", "d_v", "d_ff", "cross_layers", "group_size", "topk", "swa_window",
+                     "select_block"):
             checks.pos_int(name, getattr(self, name))
-        for name in ("self_swa_before", "self_swa_after", "cross_swa_window", "rope_dims", "seed"):
+        for name in ("self_swa_before", "self_swa_after", "cross_swa_window", "window", "rope_dims", "seed"):
             checks.nonneg_int(name, getattr(self, name))
         checks.positive_number("rope_base", self.rope_base)
         checks.heads(self.n_heads_q, self.n_heads_kv)
@@ -104,6 +122,16 @@ class HySparse2Config:
             raise ValueError(f"rope_dims must be even and in [0, d_qk={self.d_qk}], got {self.rope_dims}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        if not isinstance(self.select, str) or self.select not in SELECTIONS:
+            raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}")
+        if self.select == "block" and self.topk % self.select_block:
+            raise ValueError(f"select='block' keeps the token budget: topk={self.topk} must be a multiple of "
+                             f"select_block={self.select_block}")
+        if not isinstance(self.bridging, (bool, np.bool_)):
+            raise ValueError(f"bridging must be True or False, got {self.bridging!r}")
+        if self.bridge_sources is not None and not self.bridging:
+            raise ValueError("bridge_sources needs bridging=True (without bridging each cross FA projects its K/V "
+                             "from its own input)")
         if self.bridge_sources is not None:
             src = tuple(self.bridge_sources)
             if len(src) != self.n_groups:
@@ -299,6 +327,24 @@ def replay_tail(depth: int, width: int) -> int:
     return depth * (width - 1) + 1
 
 
+def n_params(cfg: HySparse2Config) -> int:
+    """Total number of weight elements of the model ``cfg`` describes (every array of ``init_weights(cfg)``),
+    counted from the shapes without drawing the weights (a budget search calls it many times)."""
+    if not isinstance(cfg, HySparse2Config):
+        raise ValueError(f"cfg must be a HySparse2Config, got {type(cfg).__name__}")
+    D, Hq, Hkv, dk, dv = cfg.d_model, cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
+
+    def attn(kv, gate, sink):                      # as core.blocks.attn_weights
+        return D * Hq * dk + Hq * dv * D + kv * D * Hkv * (dk + dv) + gate * D * Hq * dv + sink * Hq
+
+    mlp = 2 * D * cfg.d_ff
+    swa = attn(True, cfg.gates, cfg.sinks) + mlp
+    group = (cfg.bridging * D * Hkv * (dk + dv) + attn(not cfg.bridging, False, False) + mlp
+             + (cfg.group_size - 1) * (attn(False, cfg.gates, cfg.sinks) + mlp
+                                       + (cfg.cross_swa_window > 0) * attn(True, True, False)))
+    return int(2 * cfg.vocab * D + (cfg.n_self - 1) * swa + attn(True, False, False) + mlp + cfg.n_groups * group)
+
+
 def self_decoder_weight_names(cfg: HySparse2Config) -> list:
     """Weight names a P worker needs: embedding, Self-decoder, bridging projections (no cross queries, no MLPs)."""
     if not isinstance(cfg, HySparse2Config):
@@ -333,9 +379,11 @@ class HySparse2:
                                    sink=swa and cfg.sinks))
             w.update(mlp_weights(rng, p + "mlp.", D, cfg.d_ff, dt))
         for g in range(cfg.n_groups):
-            w[f"bridge.{g}.wk"] = init_weight(rng, (D, Hkv * dk), D, dt)      # the cross FA's own K/V projections
-            w[f"bridge.{g}.wv"] = init_weight(rng, (D, Hkv * dv), D, dt)
-            w.update(attn_weights(rng, f"cross.{g}.fa.attn.", D, Hq, Hkv, dk, dv, dt, kv=False))
+            if cfg.bridging:
+                w[f"bridge.{g}.wk"] = init_weight(rng, (D, Hkv * dk), D, dt)  # the cross FA's own K/V projections
+                w[f"bridge.{g}.wv"] = init_weight(rng, (D, Hkv * dv), D, dt)
+            # without bridging the cross FA projects its K/V from its own input, like any FA layer
+            w.update(attn_weights(rng, f"cross.{g}.fa.attn.", D, Hq, Hkv, dk, dv, dt, kv=not cfg.bridging))
             w.update(mlp_weights(rng, f"cross.{g}.fa.mlp.", D, cfg.d_ff, dt))
             for j in range(cfg.group_size - 1):
                 p = f"cross.{g}.sa.{j}."
@@ -388,18 +436,19 @@ class HySparse2:
         layer: a name of ``cfg.layers``; h: (T, d_model) the layer's input hidden state; pos: (T,) absolute
         positions, needed by the self SWA layers (partial RoPE on q and k; the FA layers are NoPE).
         Returns (x (T, d_model), q (T, Hq, d_qk), k (T, Hkv, d_qk), v (T, Hkv, d_v)); k and v are None for a
-        cross layer (it has no K/V projection of its own: it reads its group's bridged KV).
+        cross layer (it has no K/V projection of its own: it reads its group's bridged KV), except a cross FA
+        with ``bridging=False`` (it projects its group's KV from these rows).
         """
         cfg, layer = self.cfg, self._layer(layer)
         h = checks.finite_array("h", h, 2, "(T, d_model)")
         T, p = h.shape[0], layer + "."
         x = rms_norm(h)
         q = (x @ self._w(p + "attn.wq")).reshape(T, cfg.n_heads_q, cfg.d_qk)
-        if layer.startswith("cross."):
+        if layer.startswith("cross.") and (cfg.bridging or not layer.endswith(".fa")):
             return x, q, None, None
         k = (x @ self._w(p + "attn.wk")).reshape(T, cfg.n_heads_kv, cfg.d_qk)
         v = (x @ self._w(p + "attn.wv")).reshape(T, cfg.n_heads_kv, cfg.d_v)
-        if layer != f"self.{cfg.self_swa_before}":                        # a self SWA layer: partial RoPE
+        if layer.startswith("self.") and layer != f"self.{cfg.self_swa_before}":   # a self SWA: partial RoPE
             if pos is None:
                 raise ValueError(f"pos: the self SWA layer {layer!r} rotates q and k by RoPE, pass the (T,) "
                                  f"absolute positions")
@@ -428,11 +477,43 @@ class HySparse2:
         """KV bridging: cross group g's own K/V projections of its source hidden state src (T, d_model) (the
         self FA's input, or the boundary state; RMSNorm applied here). Returns (k (T, Hkv, d_qk), v (T, Hkv, d_v))."""
         cfg = self.cfg
+        if not cfg.bridging:
+            raise ValueError("bridge_kv: this model has bridging=False (each cross FA projects its K/V from its own "
+                             "input, in layer_input), there are no bridge projections")
         g = checks.int_in("g", g, 0, cfg.n_groups)
         src = checks.finite_array("src", src, 2, "(T, d_model)")
         xs = rms_norm(src)
         return ((xs @ self._w(f"bridge.{g}.wk")).reshape(len(src), cfg.n_heads_kv, cfg.d_qk),
                 (xs @ self._w(f"bridge.{g}.wv")).reshape(len(src), cfg.n_heads_kv, cfg.d_v))
+
+    def select(self, score, q_pos) -> np.ndarray:
+        """The SA layers' index set from their group FA's scores, under this config's rule (``cfg.select``).
+
+        score: (T, Hkv, S) the FA's attention probability summed over each KV group's query heads (finite, >= 0);
+        q_pos: (T,) absolute positions in [0, S). Returns idx (T, Hkv, window + topk) int64, -1 padded: the forced
+        window q_pos - window + 1 .. q_pos, then ``"token"``: the top-k positions s <= q_pos - window by score
+        (``forced_window_select``); ``"block"``: the positions s <= q_pos - window of the top ``topk //
+        select_block`` blocks of ``select_block`` positions by the score summed per block over those positions
+        (HySparse v1's rule, ``block_scores``; ties -> the smaller block id).
+        """
+        cfg = self.cfg
+        if cfg.select == "token":
+            return forced_window_select(score, q_pos, cfg.window, cfg.topk)
+        score = checks.finite_array("score", score, 3, "(T, Hkv, S)")
+        T, Hkv, S = score.shape
+        if (score < 0).any():
+            raise ValueError(f"score must be >= 0 (attention probabilities), got min {score.min():.6g}")
+        q_pos = checks.query_positions(q_pos, T, S)
+        bs, last = cfg.select_block, q_pos - cfg.window                    # last: the last position outside the window
+        outside = np.arange(S)[None, :] <= last[:, None]                    # (T, S)
+        # v1's block mass, over the positions outside the forced window (the window is read anyway); the KV-group
+        # axis plays v1's head axis with one head per group (the score is already summed over the group)
+        mass = block_scores(np.where(outside[:, None, :], score, 0.0), bs, Hkv)            # (T, Hkv, nb)
+        has_outside = np.arange(mass.shape[-1])[None, :] * bs <= last[:, None]             # (T, nb)
+        blocks = topk_indices(np.where(has_outside[:, None, :], mass, -np.inf), cfg.topk // bs)
+        # a block's positions up to q_pos - window (the rest of it lies in the window); no block when last < 0
+        top = blocks_to_tokens(blocks, bs, np.maximum(last, 0))                            # (T, Hkv, topk)
+        return with_forced_window(top, q_pos, cfg.window)
 
     def logits(self, h):
         """The LM head: RMSNorm then the output projection. h: (T, d_model) -> (T, vocab)."""
@@ -470,7 +551,7 @@ class HySparse2:
                 swa_i += 1
             h = self.layer_output(name, h, x, o)
             self._count(name, T)
-        for g, src in enumerate(cfg.sources):                           # KV bridging: projections only
+        for g, src in enumerate(cfg.sources if cfg.bridging else ()):  # KV bridging: projections only
             cache.cross[g].append(*self.bridge_kv(g, fa_input if src == "self_fa_input" else h))
             self._count(f"bridge.{g}", T)
         cache.pos += T
@@ -487,17 +568,24 @@ class HySparse2:
         Hq, Hkv, dk, dv = cfg.n_heads_q, cfg.n_heads_kv, cfg.d_qk, cfg.d_v
         scale = dk ** -0.5
         for g in range(cfg.n_groups):
+            p = f"cross.{g}.fa."
+            x, q, k, v = self.layer_input(p[:-1], h)
+            if not cfg.bridging:                                          # no bridging: the FA's own KV, these rows
+                if len(cache.cross[g]) != q_pos[0]:
+                    raise ValueError(f"bridging=False: cross cache {g} holds {len(cache.cross[g])} positions but the "
+                                     f"rows start at position {q_pos[0]}; the Cross-decoder must run on every position "
+                                     f"(its FA projects the group's K/V from them)")
+                cache.cross[g].append(k, v)
             K, V = cache.cross[g].k, cache.cross[g].v
             if len(cache.cross[g]) <= q_pos[-1]:
                 raise ValueError(f"cross cache {g} holds {len(cache.cross[g])} positions, query at {q_pos[-1]}")
-            p = f"cross.{g}.fa."
-            x, q, _, _ = self.layer_input(p[:-1], h)
-            if T == 1 and q_pos[0] == len(K) - 1 and details is None:   # decode / early exit: the swappable op
+            # decode / early exit: the swappable op (token selection with a forced window only: its contract)
+            if T == 1 and q_pos[0] == len(K) - 1 and details is None and cfg.select == "token" and cfg.window:
                 o, top = fa_decode_topk(q, K[None], V[None], cfg.topk, cfg.window, scale)
                 idx = with_forced_window(top, q_pos, cfg.window)
             else:
                 o, score = fa_attention(q, K, V, q_pos, scale)
-                idx = forced_window_select(score, q_pos, cfg.window, cfg.topk)
+                idx = self.select(score, q_pos)
                 if details is not None:
                     details.setdefault("scores", []).append(score)
             if details is not None:
@@ -530,14 +618,23 @@ class HySparse2:
         tokens: (T,) int, continuing ``cache`` if given (a copy is returned; the input is not modified).
         Returns the cache with ``pos`` advanced by T and ``boundary`` = the boundary state at the last position.
         """
+        self._no_bridging_refuses("prefill_self")
         self.trace = {}
         tokens = checks.tokens("tokens", tokens, self.cfg.vocab)
         cache = self.new_cache() if cache is None else cache.copy()
         self._run_self(tokens, cache)
         return cache
 
+    def _no_bridging_refuses(self, what: str) -> None:
+        if not self.cfg.bridging:
+            raise ValueError(f"{what}: this model has bridging=False, so each cross FA projects its K/V from its own "
+                             f"input hidden state, which exists only where the Cross-decoder ran: the cross KV of the "
+                             f"prompt needs the Cross-decoder on every prompt position, there is no early exit (use "
+                             f"prefill(tokens, early_exit=False))")
+
     def first_token(self, cache: HySparse2Cache) -> np.ndarray:
         """What a D worker runs first: the Cross-decoder at the last processed position only. Returns (vocab,)."""
+        self._no_bridging_refuses("first_token")
         if cache.boundary is None or cache.pos == 0:
             raise ValueError("cache has no boundary state: run prefill_self on a non-empty prompt first")
         self.trace = {}
@@ -550,16 +647,20 @@ class HySparse2:
         early_exit=True: Self on every position, Cross only at the last one -> logits (1, vocab).
         early_exit=False: Cross on every position (the reference) -> logits (T, vocab).
         cross_tail=R overrides both: Cross on the last R positions (bounded replay) -> logits (R, vocab).
+        With ``bridging=False`` only the Cross-decoder on every position works (early_exit=False, cross_tail=T).
         ``details`` (a dict) collects per cross group the FA scores ``scores`` (R, Hkv, S) and selections ``idx``.
         """
         cfg = self.cfg
         tokens = checks.tokens("tokens", tokens, cfg.vocab)
         T = len(tokens)
+        early_exit_asked = cross_tail is None and early_exit
         if cross_tail is None:
             cross_tail = 1 if early_exit else T
         checks.pos_int("cross_tail", cross_tail)
         if cross_tail > T:
             raise ValueError(f"cross_tail must be <= the number of new tokens {T}, got {cross_tail}")
+        if early_exit_asked or cross_tail < T:
+            self._no_bridging_refuses(f"prefill(early_exit={early_exit}, cross_tail={cross_tail})")
         if cfg.cross_swa_window and cache is not None:
             raise ValueError("cross_swa_window > 0 (the v1-style counterexample) supports prefill from an empty "
                              "cache only: its cross windows are not cached")
@@ -580,6 +681,10 @@ class HySparse2:
         cache = cache.copy()
         h = self._run_self(checks.tokens("tokens", np.array([token]), self.cfg.vocab), cache)
         return self._run_cross(h, np.array([cache.pos - 1]), cache)[0], cache
+
+    def forward(self, tokens) -> np.ndarray:
+        """The full-sequence reference: Cross on every position. tokens: (T,) int. Returns logits (T, vocab)."""
+        return self.prefill(tokens, early_exit=False)[0]
 
     def generate(self, prompt, n_new: int, early_exit: bool = True):
         """Greedy generation: prefill then ``n_new - 1`` decode steps. Returns (tokens (n_new,), cache)."""

@@ -151,10 +151,14 @@ class LightningIndexer:
     (default 1.0 > 0): a positive constant head weight, like the constant component of a real residual stream, so
     that every query starts by ranking keys the same way up (w > 0) instead of half of them upside down. Any finite
     value is accepted: 0 or a negative bias is the experiment of starting without (or against) that help.
+    ``rope_dims`` > 0 rotates the first ``rope_dims`` channels of q and k by their positions (partial RoPE, as
+    DeepSeek-V3.2's indexer does): without it the indexer scores content only and cannot imitate a positional head
+    (one that attends to the previous token, say). Queries sit at ``q_pos``, keys at 0 .. S-1.
     """
 
     def __init__(self, d_model: int, n_heads: int = 4, d_index: int = 16, init_scale: float = 0.02,
-                 use_bias: bool = True, bias_init: float = 1.0, seed: int = 0):
+                 use_bias: bool = True, bias_init: float = 1.0, seed: int = 0, rope_dims: int = 0,
+                 rope_base: float = 10000.0):
         d_model, n_heads, d_index = (checks.pos_int(n, v) for n, v in
                                      (("d_model", d_model), ("n_heads", n_heads), ("d_index", d_index)))
         checks.positive_number("init_scale", init_scale)
@@ -162,6 +166,10 @@ class LightningIndexer:
         if not isinstance(use_bias, (bool, np.bool_)):
             raise ValueError(f"use_bias must be True or False, got {use_bias!r}")
         rng = np.random.default_rng(checks.nonneg_int("seed", seed))
+        rope_dims = checks.nonneg_int("rope_dims", rope_dims)
+        if rope_dims % 2 or rope_dims > d_index:
+            raise ValueError(f"rope_dims must be even and <= d_index={d_index}, got {rope_dims}")
+        self.rope_dims, self.rope_base = rope_dims, checks.positive_number("rope_base", rope_base)
         self.d_model, self.n_heads, self.d_index, self.use_bias = d_model, n_heads, d_index, use_bias
         self.params = {
             "Wq": rng.normal(0, init_scale, (d_model, n_heads, d_index)),
@@ -177,17 +185,36 @@ class LightningIndexer:
             raise ValueError(f"{name} must be (n, d_model={self.d_model}), got shape {x.shape}")
         return x.astype(np.float64)
 
-    def project(self, x_queries, x_keys):
-        """x_queries: (T, D), x_keys: (S, D) -> q (T, Hi, di), w (T, Hi), k (S, di)."""
+    def _rotate(self, x, pos, sign=1.0):
+        """Partial RoPE (rotate-half) of x (n, ..., di) at positions pos (n,); sign -1 rotates back (the backward)."""
+        if not self.rope_dims:
+            return x
+        half = self.rope_dims // 2
+        ang = np.asarray(pos, np.float64)[:, None] * self.rope_base ** (-np.arange(half) / half)     # (n, half)
+        shape = (len(pos),) + (1,) * (x.ndim - 2) + (half,)
+        cos, sin = np.cos(ang).reshape(shape), sign * np.sin(ang).reshape(shape)
+        out = x.copy()
+        x1, x2 = x[..., :half], x[..., half:self.rope_dims]
+        out[..., :half] = x1 * cos - x2 * sin
+        out[..., half:self.rope_dims] = x1 * sin + x2 * cos
+        return out
+
+    def project(self, x_queries, x_keys, q_pos=None):
+        """x_queries: (T, D), x_keys: (S, D) -> q (T, Hi, di), w (T, Hi), k (S, di). With ``rope_dims`` > 0 q is
+        rotated at ``q_pos`` (default: the last T positions of the S keys) and k at 0 .. S-1."""
         xq, xk = self._check_x(x_queries, "x_queries"), self._check_x(x_keys, "x_keys")
         P = self.params
         q = (xq @ P["Wq"].reshape(self.d_model, -1)).reshape(-1, self.n_heads, self.d_index)
         w = xq @ P["Ww"] + (P["bw"] if self.use_bias else 0.0)
-        return q, w, xk @ P["Wk"]
+        k = xk @ P["Wk"]
+        if self.rope_dims:
+            q = self._rotate(q, indexer_positions(q_pos, len(xq), len(xk)))
+            k = self._rotate(k, np.arange(len(xk)))
+        return q, w, k
 
     def select(self, x_queries, x_keys, topk, q_pos=None):
         """Scores (T, S) and top-k idx (T, topk) through the swappable :func:`lightning_indexer`."""
-        q, w, k = self.project(x_queries, x_keys)
+        q, w, k = self.project(x_queries, x_keys, q_pos)
         scores, idx = lightning_indexer(q[None], w[None], k[None], topk, q_pos)
         return scores[0], idx[0]
 
@@ -213,7 +240,7 @@ class LightningIndexer:
         """
         xq, xk, p, pos = self._check_batch(x_queries, x_keys, p, q_pos, stage, topk)
         T, S = xq.shape[0], xk.shape[0]
-        q, w, k = self.project(xq, xk)
+        q, w, k = self.project(xq, xk, pos)
         Hi, di = self.n_heads, self.d_index
         qf = q.reshape(T * Hi, di)
         z = (qf @ k.T).reshape(T, Hi, S)                                 # (T, Hi, S); matmuls go through BLAS
@@ -228,6 +255,9 @@ class LightningIndexer:
         dz = (dI[:, None, :] * w[:, :, None] * (z > 0)).reshape(T * Hi, S)
         dq = (dz @ k).reshape(T, Hi, di)
         dk = dz.T @ qf                                                   # (S, di)
+        if self.rope_dims:                                               # back through the rotations
+            dq = self._rotate(dq, pos, -1.0)
+            dk = self._rotate(dk, np.arange(S), -1.0)
         grads = {"Wq": (xq.T @ dq.reshape(T, Hi * di)).reshape(self.d_model, Hi, di), "Ww": xq.T @ dw,
                  "Wk": xk.T @ dk}
         if self.use_bias:

@@ -63,8 +63,9 @@ def forced_window_select(scores, q_pos, window: int, topk: int) -> np.ndarray:
     q_pos: (T,) integer absolute positions in [0, S) (None: the last T positions).
     Returns idx: (T, Hkv, window + topk) int64: slots [0, window) = q_pos - window + 1 .. q_pos (-1 where < 0),
     slots [window, window + topk) = top-k of s <= q_pos - window by score (ties -> smaller s, -1 padded).
+    ``window = 0``: no forced window, the top-k of every visible position (the paper's "no SWA" ablation).
     """
-    window, topk = checks.pos_int("window", window), checks.pos_int("topk", topk)
+    window, topk = checks.nonneg_int("window", window), checks.pos_int("topk", topk)
     scores = checks.finite_array("scores", scores, 3, "(T, Hkv, S)", allow_neginf=True)
     T, _, S = scores.shape
     q_pos = checks.query_positions(q_pos, T, S)
@@ -76,9 +77,9 @@ def with_forced_window(top, q_pos, window: int) -> np.ndarray:
     q_pos - window + 1 .. q_pos (-1 where < 0), then ``top``.
 
     top: (T, Hkv, k) positions <= q_pos - window or -1; q_pos: (T,) integers >= 0. Returns (T, Hkv, window + k)
-    int64, the same set ``forced_window_select`` builds from the scores.
+    int64, the same set ``forced_window_select`` builds from the scores. ``window = 0``: ``top`` itself.
     """
-    window = checks.pos_int("window", window)
+    window = checks.nonneg_int("window", window)
     top = checks.int_array("top", top, 3, "(T, Hkv, k)", lo=-1)
     q_pos = checks.int_array("q_pos", q_pos, 1, f"(T={top.shape[0]},)", lo=0)
     if q_pos.shape != top.shape[:1]:
@@ -98,7 +99,8 @@ def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     q: (B, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv). Returns o: (B, Hq, dv) (exact attention over all S
     positions) and idx: (B, Hkv, topk) = the top-k positions in [0, S - window) ranked by the attention probability
     summed over the group's Hq/Hkv heads (ties -> smaller position, -1 padded), the global part of
-    ``forced_window_select``.
+    ``forced_window_select``. window >= 1 (the contract, as the GPU kernel's): a caller without a forced window
+    (``window = 0``) uses ``fa_attention`` + ``forced_window_select``.
     """
     d, S = q.shape[2], k.shape[1]
     scale = d ** -0.5 if scale is None else scale

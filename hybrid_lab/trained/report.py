@@ -1,0 +1,306 @@
+"""The tables of notebook 10, read from ``results.json``: our trained models beside the papers' reported numbers.
+
+Every verdict is computed from the stored means and standard deviations over training seeds, never written by hand:
+a direction counts as *reproduced* when our difference has the paper's sign and exceeds the noise (the larger of the
+two models' standard deviations over seeds, and one point of accuracy), *no difference at this scale* when it is
+within the noise, *reversed* when it has the other sign beyond the noise.
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hybrid_lab.core import checks
+from hybrid_lab.trained import families as fam
+
+__all__ = ["RESULTS", "load_results", "acc", "fmt", "table", "Direction", "DIRECTIONS", "verdict", "direction_rows",
+           "recovery_state", "ledger_rows", "why_hybrids_rows", "why_hysparse2_rows"]
+
+RESULTS = Path(__file__).resolve().parent / "checkpoints" / "results.json"
+MIN_NOISE = 0.01
+
+
+def load_results(path=RESULTS) -> dict:
+    """The aggregated results (``hybrid-lab train`` writes them)."""
+    try:
+        res = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"path {path}: no results there; run hybrid-lab train all (GPU) or --quick (CPU) "
+                         f"first") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"path {path} is not a results.json ({e})") from None
+    if not isinstance(res, dict):
+        raise ValueError(f"path {path} must hold a JSON object {{experiment: ...}}, got a {type(res).__name__}")
+    return res
+
+
+# ------------------------------------------------------------------------------------------------- checks
+# The results dict (what train.aggregate writes): {exp: {"models": {model: {"accuracy": {setting: {"mean", "std"}},
+# "per_seed": {setting: [accuracy per seed]}, "seeds": [...], "n_params": int, ...}}, ...}}. A mean is an accuracy in
+# [0, 1], or NaN where a setting had no answer to score (not measured: shown as n/a, never compared).
+def _models(res, exp) -> dict:
+    """res[exp]["models"], checked to be a non-empty dict."""
+    if not isinstance(res, dict):
+        raise ValueError(f"res must be the dict of results.json (load_results()), got {type(res).__name__}")
+    if not isinstance(exp, str) or exp not in res:
+        raise ValueError(f"exp must be an experiment of res ({', '.join(sorted(map(str, res)))}), got {exp!r}")
+    models = res[exp].get("models") if isinstance(res[exp], dict) else None
+    if not isinstance(models, dict) or not models:
+        raise ValueError(f"res[{exp!r}] must hold a non-empty 'models' dict (no trained model in it)")
+    return models
+
+
+def _model(res, exp, model, name: str = "model") -> dict:
+    """res[exp]["models"][model], checked to hold its 'accuracy' dict (``name``: the argument that gave model)."""
+    models = _models(res, exp)
+    if not isinstance(model, str) or model not in models:
+        raise ValueError(f"{name}: {model!r} is not a model of res[{exp!r}] ({', '.join(map(str, models))})")
+    info = models[model]
+    if not isinstance(info, dict) or not isinstance(info.get("accuracy"), dict):
+        raise ValueError(f"res[{exp!r}]['models'][{model!r}] lacks its 'accuracy' dict")
+    return info
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_stat(where: str, mean, std) -> None:
+    """mean: an accuracy in [0, 1] or NaN (not measured); std: in [0, 1] (not read when the mean is NaN)."""
+    for what, v in (("mean", mean), ("std", std)):
+        if not _is_real(v):
+            raise ValueError(f"{where}{what} must be a real number, got {v!r}")
+    if np.isnan(mean):
+        return
+    if not 0.0 <= mean <= 1.0:
+        raise ValueError(f"{where}mean must be an accuracy in [0, 1] (or NaN: not measured), got {mean!r}")
+    if not 0.0 <= std <= 1.0:                                    # NaN fails too: a measured mean has a std
+        raise ValueError(f"{where}std must be a standard deviation of accuracies, in [0, 1], got {std!r}")
+
+
+def _names(name: str, names) -> list:
+    """A non-empty list or tuple of strings (model names, settings)."""
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{name} must be a non-empty list of names (str), got {names!r}")
+    return list(names)
+
+
+def _setting_of(res, exp, model, name, setting) -> str:
+    info = _model(res, exp, model)
+    if not isinstance(setting, str) or setting not in info["accuracy"]:
+        raise ValueError(f"{name} must be a setting of res[{exp!r}]['models'][{model!r}] "
+                         f"({', '.join(map(str, info['accuracy']))}), got {setting!r}")
+    return setting
+
+
+# ------------------------------------------------------------------------------------------------- tables
+def acc(res: dict, exp: str, model: str, setting: str) -> tuple:
+    """(mean, std, n seeds) of one model's accuracy on one setting (the mean NaN where it was not measured)."""
+    info = _model(res, exp, model)
+    _setting_of(res, exp, model, "setting", setting)
+    a, where = info["accuracy"][setting], f"res[{exp!r}]['models'][{model!r}]['accuracy'][{setting!r}]"
+    if not isinstance(a, dict) or "mean" not in a or "std" not in a:
+        raise ValueError(f"{where} must be a dict {{'mean': ..., 'std': ...}}, got {a!r}")
+    _check_stat(where + " ", a["mean"], a["std"])
+    seeds = info.get("seeds")
+    if not isinstance(seeds, list) or not seeds:
+        raise ValueError(f"res[{exp!r}]['models'][{model!r}] must list its training 'seeds', got {seeds!r}")
+    return a["mean"], a["std"], len(seeds)
+
+
+def fmt(mean: float, std: float) -> str:
+    """'0.93 ± 0.02' (accuracies as fractions); '  n/a' when mean is None or NaN (not measured)."""
+    if mean is None:
+        return "  n/a"
+    _check_stat("", mean, std)
+    return "  n/a" if np.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+
+
+def table(res: dict, exp: str, models, settings) -> list:
+    """Rows [model, params, 'mean ± std' per setting] for a printed table."""
+    models, settings = _names("models", models), _names("settings", settings)
+    for m in models:
+        info = _model(res, exp, m, "models")
+        n = info.get("n_params")
+        if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < 1:
+            raise ValueError(f"res[{exp!r}]['models'][{m!r}] must hold its 'n_params' (an int >= 1), got "
+                             f"{info.get('n_params')!r}")
+        for s in settings:
+            _setting_of(res, exp, m, "settings", s)
+    rows = []
+    for m in models:
+        info = res[exp]["models"][m]
+        rows.append([m, info["n_params"]] + [fmt(*acc(res, exp, m, s)[:2]) for s in settings])
+    return rows
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One of the paper's ablation directions: ``better`` should beat ``worse`` on ``setting`` (``expect`` "better"),
+    or match it (``expect`` "same"). ``reported``: the paper's numbers behind it, as text."""
+    name: str
+    better: str
+    worse: str
+    setting: str
+    expect: str
+    reported: str
+
+    def __post_init__(self):
+        for name in ("name", "better", "worse", "setting", "reported"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty str, got {getattr(self, name)!r}")
+        for name in ("better", "worse"):
+            if getattr(self, name) not in fam.SPECS:
+                raise ValueError(f"{name} must be a model of families.SPECS, got {getattr(self, name)!r}")
+        if self.expect not in EXPECT:
+            raise ValueError(f"expect must be one of {EXPECT}, got {self.expect!r}")
+
+
+EXPECT = ("better", "same")
+DIRECTIONS = (
+    Direction("token-level > block-level selection (multi-needle)", "hysparse2", "hysparse2_block", "needles=4",
+              "better", "HySparse2 §17.2 (1,024-token budget): MRCR-v2 2-needle 21.08 vs 12.94, RULER-v2 56.13 vs "
+              "49.56"),
+    Direction("forced window > no window (retrieval)", "hysparse2", "hysparse2_nowindow", "needle", "better",
+              "§17.3: RULER 89.84 (forced) vs 84.55 (no SWA); MRCR-v2 22.67 vs 20.73"),
+    Direction("gated SWA > forced window (local)", "hysparse2_gatedswa", "hysparse2", "local", "better",
+              "§17.3: GSM8K 64.52 (gated SWA) vs 59.44 (forced); MRCR-v2 27.66 vs 22.67"),
+    Direction("bridging = no bridging (retrieval)", "hysparse2", "hysparse2_nobridge", "needle", "same",
+              "§17.4 (290B-A8B, 1.8T tokens): RULER 96.01 vs 96.32, GSM8K 76.65 vs 77.63, MMLU 72.80 vs 72.68"),
+)
+
+
+def verdict(better: tuple, worse: tuple, expect: str = "better") -> str:
+    """better, worse: (mean, std) of the two models (accuracies in [0, 1]); expect: "better" or "same". Returns the
+    verdict (see the module docstring); "n/a: not measured" when either mean is NaN (a setting without answers)."""
+    for name, pair in (("better", better), ("worse", worse)):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"{name} must be a (mean, std) pair, got {pair!r}")
+        _check_stat(name + " ", *pair)
+    if not isinstance(expect, str) or expect not in EXPECT:
+        raise ValueError(f"expect must be one of {EXPECT}, got {expect!r}")
+    if np.isnan(better[0]) or np.isnan(worse[0]):
+        return "n/a: not measured"
+    diff = better[0] - worse[0]
+    noise = max(better[1], worse[1], MIN_NOISE)
+    if expect == "same":
+        return "reproduced (within noise)" if abs(diff) <= noise else \
+            f"not reproduced ({'better' if diff > 0 else 'worse'} by {abs(diff):.2f})"
+    if abs(diff) <= noise:
+        return "not reproduced: no difference at this scale"
+    return "reproduced" if diff > 0 else "not reproduced: reversed"
+
+
+def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS) -> list:
+    """Rows [direction, ours (better), ours (worse), verdict, reported] for the ablation table. directions: a
+    non-empty sequence of :class:`Direction`."""
+    _models(res, exp)
+    if not isinstance(directions, (list, tuple)) or not directions \
+            or not all(isinstance(d, Direction) for d in directions):
+        raise ValueError(f"directions must be a non-empty sequence of report.Direction, got {directions!r:.200}")
+    rows = []
+    for d in directions:
+        b, w = acc(res, exp, d.better, d.setting), acc(res, exp, d.worse, d.setting)
+        rows.append([d.name, f"{d.better}: {fmt(*b[:2])}", f"{d.worse}: {fmt(*w[:2])}",
+                     verdict(b[:2], w[:2], d.expect), d.reported])
+    return rows
+
+
+def recovery_state(res: dict, setting: str = "pairs=32", exp: str = "mqar", level: float = 0.9):
+    """The smallest state size N at which pure Mamba-2's mean accuracy over seeds on ``setting`` reaches ``level``
+    (None if no trained N does). Returns (N or None, [(N, mean, std, seeds reaching level, seeds)]).
+    res[exp] must hold pure Mamba-2 models ("mamba2", "mamba2_N<N>") with ``per_seed[setting]`` accuracies; level:
+    in [0, 1]."""
+    models = _models(res, exp)
+    checks.number_in("level", level, 0.0, 1.0)
+    curve = []
+    for model, info in models.items():
+        if model == "mamba2" or model.startswith("mamba2_N"):
+            if model != "mamba2" and not re.fullmatch(r"mamba2_N[1-9][0-9]*", model):
+                raise ValueError(f"res[{exp!r}] model names of pure Mamba-2 must be mamba2 or mamba2_N<state size>, "
+                                 f"got {model!r}")
+            _setting_of(res, exp, model, "setting", setting)
+            per_seed = info.get("per_seed", {}).get(setting) if isinstance(info.get("per_seed"), dict) else None
+            if not isinstance(per_seed, list) or not per_seed or not all(_is_real(v) for v in per_seed):
+                raise ValueError(f"res[{exp!r}]['models'][{model!r}]['per_seed'][{setting!r}] must be a non-empty "
+                                 f"list of accuracies, got {per_seed!r}")
+            curve.append((_state(model),) + acc(res, exp, model, setting)[:2]
+                         + (sum(v >= level for v in per_seed), len(per_seed)))
+    if not curve:
+        raise ValueError(f"res[{exp!r}] has no pure Mamba-2 model (mamba2, mamba2_N<N>): exp must be the MQAR "
+                         f"experiment")
+    curve.sort()
+    ok = [c[0] for c in curve if c[1] >= level]
+    return (ok[0] if ok else None), curve
+
+
+def _state(model: str) -> int:
+    return int(model.split("_N")[1]) if "_N" in model else int(fam.SPECS[model].kw["d_state"])
+
+
+def ledger_rows(configs: dict, contexts=(256, 131072)) -> list:
+    """Rows [model, cache bytes and bytes read per decode step at each context] from the models' configs (fp16),
+    computed by :func:`hybrid_lab.trained.families.decode_ledger`. configs: a non-empty dict name -> config of a
+    family; contexts: a non-empty sequence of context lengths (ints >= 1)."""
+    kinds = tuple(c for c, _, _ in fam.FAMILIES.values())
+    if not isinstance(configs, dict) or not configs:
+        raise ValueError(f"configs must be a non-empty dict name -> model config, got {configs!r:.200}")
+    for name, cfg in configs.items():
+        if not isinstance(cfg, kinds):
+            raise ValueError(f"configs[{name!r}] must be a config of one of {sorted(fam.FAMILIES)}, got "
+                             f"{type(cfg).__name__}")
+    if not isinstance(contexts, (list, tuple, np.ndarray)) or not len(contexts):
+        raise ValueError(f"contexts must be a non-empty sequence of context lengths, got {contexts!r}")
+    for i, S in enumerate(contexts):
+        checks.pos_int(f"contexts[{i}]", S)
+    rows = []
+    for name, cfg in configs.items():
+        row = [name]
+        for S in contexts:
+            d = fam.decode_ledger(cfg, S)
+            row += [d["cache_bytes"], d["read_bytes"]]
+        rows.append(row)
+    return rows
+
+
+def _row(res, exp, model, setting):
+    return acc(res, exp, model, setting)[:2]
+
+
+def why_hybrids_rows(res: dict, setting: str = "pairs=32") -> list:
+    """Lecture §3's claims on MQAR, each as [claim, ours, verdict, reported]. res: results with the "mqar"
+    experiment's mamba2, mamba2_hybrid, dense (and mamba2_N*) models; setting: one of their settings."""
+    for m in ("mamba2", "mamba2_hybrid", "dense"):
+        _setting_of(res, "mqar", m, "setting", setting)
+    ssm, hyb, dense = (_row(res, "mqar", m, setting) for m in ("mamba2", "mamba2_hybrid", "dense"))
+    n, curve = recovery_state(res, setting)
+    return [
+        ["pure SSMs lag on recall", f"{setting}: pure Mamba-2 {fmt(*ssm)} vs hybrid {fmt(*hyb)}",
+         verdict(hyb, ssm), "lecture §3: pure SSMs still lag on strong recall / in-context retrieval"],
+        ["a few attention layers fix it", f"{setting}: hybrid (1 attention in 4) {fmt(*hyb)} vs dense {fmt(*dense)}",
+         "reproduced" if hyb[0] >= dense[0] - max(hyb[1], dense[1], MIN_NOISE) else verdict(hyb, dense),
+         "lecture §3 (Marconi §2.1): hybrids match or beat Transformers; 1 attention per 6-10 SSM layers"],
+        ["a larger state recovers recall", f"{setting}, pure Mamba-2 by state size N: " + "; ".join(
+            f"N={c[0]} {fmt(c[1], c[2])} ({c[3]}/{c[4]} seeds >= 0.9)" for c in curve),
+         f"mean >= 0.9 first at N={n}" if n is not None else "no trained N reaches 0.9 on average",
+         "lecture §3: the whole history is squeezed into a fixed-size state, so recall is lossy"],
+    ]
+
+
+def why_hysparse2_rows(res: dict, far: str = "needle d=64-128", near: str = "needle d=0-16") -> list:
+    """[model, near accuracy, far accuracy, local accuracy, 4-needle accuracy] of the retrieval experiment (res's
+    "retrieval" models, each with the settings far, near, "needle d=16-64", "local" and "needles=4")."""
+    models = _models(res, "retrieval")
+    for m in models:
+        _setting_of(res, "retrieval", m, "far", far)
+        _setting_of(res, "retrieval", m, "near", near)
+    rows = []
+    for m in models:
+        rows.append([m] + [fmt(*_row(res, "retrieval", m, s)) for s in (near, "needle d=16-64", far, "local",
+                                                                        "needles=4")])
+    return rows

@@ -1,0 +1,71 @@
+"""DSA on the trained dense model (issue 16, part 1): the sparse forward, the indexer's gradient on real hidden
+states, and the stored indexers' accuracies."""
+import numpy as np
+import pytest
+
+from hybrid_lab.models.lightning_indexer import LightningIndexer
+from hybrid_lab.trained import dsa, tasks, train
+
+DENSE = train.CHECKPOINTS / "retrieval" / "dense" / "seed0"
+
+
+def test_sparse_forward_without_selector_is_the_model():
+    model, _ = train.load_checkpoint(DENSE)
+    t = tasks.mix(1, 128, seed=3).tokens[0]
+    assert np.array_equal(dsa.sparse_forward(model, t), model.forward(t))
+
+
+def test_selecting_every_position_is_dense_attention():
+    model, _ = train.load_checkpoint(DENSE, dtype="float64")
+    t = tasks.mix(1, 64, seed=4, n_needles=(1, 2), n_local=2).tokens[0]
+    got = dsa.sparse_forward(model, t, dsa.oracle_selector(64))
+    assert np.abs(got - model.forward(t)).max() <= 1e-10 * np.abs(got).max()
+
+
+@pytest.mark.parametrize("layer", [1, 3])
+def test_indexer_gradient_on_the_real_model_matches_finite_differences(layer):
+    model, _ = train.load_checkpoint(DENSE, dtype="float64")
+    c = dsa.layer_attention(model, tasks.mix(1, 128, seed=5).tokens[0])[layer]
+    T = 24
+    x, p = c["x"][:T], c["target"][:T, :T]
+    p = p / p.sum(-1, keepdims=True)
+    ix = LightningIndexer(model.cfg.d_model, 2, 8, init_scale=0.2, rope_dims=4, seed=1)
+    _, grads = ix.loss_and_grads(x, x, p, np.arange(T))
+    rng = np.random.default_rng(0)
+    for name, g in grads.items():
+        P = ix.params[name]
+        for idx in [tuple(rng.integers(0, n) for n in P.shape) for _ in range(4)]:
+            old = P[idx]
+            P[idx] = old + 1e-6
+            lp = ix.loss_and_grads(x, x, p, np.arange(T))[0]
+            P[idx] = old - 1e-6
+            lm = ix.loss_and_grads(x, x, p, np.arange(T))[0]
+            P[idx] = old
+            assert abs((lp - lm) / 2e-6 - g[idx]) <= 1e-5 * max(1.0, abs(g[idx])), (name, idx)
+
+
+def test_rope_lets_the_indexer_learn_a_positional_head():
+    """Layer 1 of the trained model attends by position; an indexer without RoPE cannot imitate it."""
+    model, _ = train.load_checkpoint(DENSE)
+    tr = tasks.mix(8, 128, seed=50_000, n_local=4).tokens
+    ev = tasks.mix(4, 128, seed=tasks.EVAL_SEED + 1, n_local=4).tokens
+    with_rope, _ = dsa.train_layer_indexers(model, tr, steps=120, lr=1e-2, rope_dims=8)
+    without, _ = dsa.train_layer_indexers(model, tr, steps=120, lr=1e-2, rope_dims=0)
+    r1, r0 = dsa.indexer_recall(model, with_rope, ev, 8), dsa.indexer_recall(model, without, ev, 8)
+    assert r1[1] > r0[1] + 0.3, (r1, r0)
+
+
+def test_stored_indexers_reproduce_their_accuracy():
+    model, ixs, meta = dsa.load_indexers(train.CHECKPOINTS / "dsa" / "indexer" / "seed1")
+    ev = tasks.mix(64, 128, seed=tasks.EVAL_SEED + 1, n_local=4)
+    lg = np.stack([dsa.sparse_forward(model, t, dsa.indexer_selector(ixs, 4)) for t in ev.tokens])
+    got = tasks.accuracy(lg, ev, tasks.KIND_NEEDLE)[0]
+    assert abs(got - meta["final"]["indexer stage 2 k=4 needle"]) <= 0.02
+
+
+def test_quick_run_trains_and_stores(tmp_path):
+    metas = dsa.run_experiment(tmp_path, seeds=(0,), quick=True, command="test")
+    loss = metas[0]["log"]["loss"]
+    assert loss[-1] < loss[0]
+    m, ixs, meta = dsa.load_indexers(tmp_path / "dsa" / "indexer" / "seed0")
+    assert len(ixs) == m.cfg.n_layers and meta["final"]["dense needle"] == pytest.approx(1.0, abs=0.05)

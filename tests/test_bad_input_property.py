@@ -1957,6 +1957,30 @@ TABLE[f"{T_}.dsa.run_experiment"] = Entry(lambda r: dict(   # quick: 60 steps on
                         "a_string": ("0",), "not_stored": (7,)}),
     quick=Custom(True, {"a_string": "yes", "a_number": 3}), command=Custom("bad-input test", {"a_number": 3})))
 
+# --- trained.sparda (the same dense Stack: T = 32 tokens = 4 blocks of 8, so at most k = 2 top blocks)
+TABLE[f"{T_}.sparda.block_selection"] = Entry(lambda r: dict(model=_dense_stack_cases(), i=Index(1, hi=2),
+                                                              x=Arr(N(r, 32, 8), free=(0,)), kind=Choice("oracle"),
+                                                              k=Size(1)))
+TABLE[f"{T_}.sparda.blocks_to_positions"] = Entry(lambda r: dict(
+    block_idx=IntArr(np.stack([np.zeros(32, np.int64), np.arange(32) // 8], 1), lo=-1, hi=4, free=(1,)),
+    T=Custom(32, {"zero": 0, "negative": -1, "a_string": "32", "other_rows": 31})))
+TABLE[f"{T_}.sparda.block_selector"] = Entry(lambda r: dict(model=_dense_stack_cases(), kind=Choice("infllm"),
+                                                            k=Size(1)))
+TABLE[f"{T_}.sparda.block_recall"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(), k=Size(1)))
+TABLE[f"{T_}.sparda.decode_trace"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_1d(),
+                                                          kind=Choice("infllm"), k=Size(1), start=Index(8, hi=32)))
+TABLE[f"{T_}.sparda.replay_layers"] = Entry(lambda r: dict(trace=Custom(
+    [[np.array([0, 1]), np.array([0, 2])], [np.array([0, 1]), np.array([1, 2])]],
+    {"empty": [], "a_number": 3, "ragged_layers": [[np.array([0])], [np.array([0]), np.array([1])]],
+     "an_empty_layer": [[]], "bad_ids": [[np.array([-2])]], "float_ids": [[np.array([0.5])]]})))
+TABLE[f"{T_}.sparda.offload_rows"] = Entry(lambda r: dict(churn=Real(0.3), batch=Size(16), context=Size(131072)))
+allow(f"{T_}.sparda.offload_rows", "churn", "zero", "churn 0 = nothing new to copy (documented range [0, 1])")
+TABLE[f"{T_}.sparda.run_experiment"] = Entry(lambda r: dict(      # one seed, k = 1, 4 sequences: about a second
+    out=Custom(os.path.join(_tmpdir(), "sparda_run"), {"a_number": 3, "a_list": ["out"]}),
+    seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),
+    ks=Custom((1,), {"empty": (), "zero": (0,), "float": (1.5,)}), n_eval=Custom(4, {"too_few": 3, "a_string": "4"}),
+    command=Custom("bad-input test", {"a_number": 3})))
+
 
 @lazy
 def ckpt_store():

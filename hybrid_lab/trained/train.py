@@ -345,6 +345,9 @@ def aggregate(root=CHECKPOINTS, out=None) -> dict:
         for m in e["models"].values():
             m["accuracy"] = {k: {"mean": round(float(np.mean(v)), 4), "std": round(float(np.std(v)), 4)}
                              for k, v in m["per_seed"].items()}
+    for p in sorted(root.glob("*/summary.json")):          # experiments without weights (sparda)
+        summ = json.loads(p.read_text())
+        res[p.parent.name] = {k: summ[k] for k in ("command", "machine", "accuracy", "eval")}
     Path(out or root / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     return res
 
@@ -352,8 +355,9 @@ def aggregate(root=CHECKPOINTS, out=None) -> dict:
 # ------------------------------------------------------------------------------------------------- command line
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="hybrid-lab train", description=__doc__.split("\n\n")[0])
-    ap.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["dsa", "all"],
-                    help="dsa: the lightning indexers on the trained dense model (numpy, CPU; after retrieval)")
+    ap.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["dsa", "sparda", "all"],
+                    help="dsa: the lightning indexers on the trained dense model; sparda: InfLLM-V2 block selection "
+                         "and decode traces on it (both numpy, CPU; after retrieval)")
     ap.add_argument("--quick", action="store_true", help="a reduced config for a CPU in minutes (one seed)")
     ap.add_argument("--models", nargs="+", help="train only these models of the experiment")
     ap.add_argument("--out", help="where checkpoints go (default: the package's checkpoints/; --quick: ./trained_quick)")
@@ -362,7 +366,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, help="override the number of steps (a different budget: not the stored one)")
     ap.add_argument("--seeds", type=int, nargs="+", help="override the training seeds (default 0 1 2)")
     a = ap.parse_args(argv)
-    names = sorted(EXPERIMENTS) if a.experiment == "all" else [] if a.experiment == "dsa" else [a.experiment]
+    names = sorted(EXPERIMENTS) if a.experiment == "all" else [] if a.experiment in ("dsa", "sparda") \
+        else [a.experiment]
     for n in names:
         bad = [m for m in (a.models or []) if m not in EXPERIMENTS[n].models]
         if bad and a.experiment != "all":
@@ -389,6 +394,11 @@ def main(argv=None) -> int:
         from hybrid_lab.trained import dsa
         dsa.run_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)), quick=a.quick,
                            command=command)
+        aggregate(out)
+    if a.experiment in ("sparda", "all") and not a.models:
+        from hybrid_lab.trained import sparda
+        sparda.run_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)),
+                              n_eval=8 if a.quick else 64, command=command)
         aggregate(out)
     print(f"checkpoints and results.json under {out}")
     return 0

@@ -1,0 +1,67 @@
+"""SparDA's block selection on the trained dense model (issue 16, part 2): block-sparse reading, InfLLM-V2 against
+the oracle, and recorded decode traces that replay through the offload simulator to their stored summaries."""
+import json
+
+import numpy as np
+import pytest
+
+from hybrid_lab.serving import offload_sim as osim
+from hybrid_lab.trained import dsa, report, sparda, store, tasks
+
+SUMMARY = json.loads((store.CHECKPOINTS / "sparda" / "summary.json").read_text())
+EV = tasks.mix(64, 128, seed=tasks.EVAL_SEED + 1, n_local=4)        # the summary's evaluation set (traces: first 4)
+
+
+def test_block_positions_are_the_causal_tokens_of_the_blocks():
+    B, T = sparda.BLOCK, 3 * sparda.BLOCK
+    t = np.arange(T)
+    idx = np.stack([np.zeros(T, np.int64), t // B, np.full(T, 2)], 1)        # init, own block, block 2 (future for most)
+    pos = sparda.blocks_to_positions(idx, T)
+    assert pos.shape == (T, 1, 3 * B)
+    for q in range(T):
+        got = set(pos[q, 0][pos[q, 0] >= 0].tolist())
+        want = set(range(B)) | set(range((q // B) * B, q + 1)) | set(range(2 * B, T))
+        assert got == {p for p in want if p <= q}, q
+
+
+def test_selecting_every_block_is_dense_attention():
+    model, _ = store.load_checkpoint(store.CHECKPOINTS / "retrieval" / "dense" / "seed0", dtype="float64")
+    t = EV.tokens[0]
+    k = len(t) // sparda.BLOCK - 2                                          # every block beyond init and local
+    got = dsa.sparse_forward(model, t, sparda.block_selector(model, "oracle", k))
+    assert np.abs(got - model.forward(t)).max() <= 1e-10 * np.abs(got).max()
+
+
+@pytest.mark.parametrize("kind", ["infllm", "oracle"])
+def test_recorded_traces_replay_to_their_stored_summary(kind):
+    for seed, rec in SUMMARY["per_seed"].items():
+        stored = rec["traces"][kind]
+        for n, trace in enumerate(stored["trace"]):
+            r = sparda.replay_layers([[np.array(s, np.int64) for s in layer] for layer in trace])
+            assert r["hit_rate"] == pytest.approx(stored["hit_rate"][n], abs=1e-12)
+            assert r["churn"] == pytest.approx(stored["churn"][n], abs=1e-12)
+            assert r["copied"].sum(1).tolist() == stored["copied_per_layer"][n]
+
+
+def test_the_trace_is_what_the_model_selects():
+    model, _ = store.load_checkpoint(store.CHECKPOINTS / "retrieval" / "dense" / "seed0")
+    trace = sparda.decode_trace(model, EV.tokens[0], "infllm", 2)
+    stored = SUMMARY["per_seed"]["0"]["traces"]["infllm"]["trace"][0]
+    assert [[s.tolist() for s in layer] for layer in trace] == stored
+
+
+def test_results_json_carries_the_summary():
+    res = report.load_results()
+    assert res["sparda"]["accuracy"] == SUMMARY["accuracy"]
+    a = SUMMARY["accuracy"]
+    assert a["oracle k=1 needle"]["mean"] >= 0.99                           # the oracle's blocks keep the answers
+    assert a["infllm k=4 needle"]["mean"] > a["infllm k=1 needle"]["mean"]
+
+
+def test_offload_rows_are_the_simulator_at_the_measured_churn():
+    rows = sparda.offload_rows(0.3)
+    h100 = [r for r in rows if r[0] == "H100" and r[1] == "measured"][0]
+    assert h100[3] == pytest.approx(1e3 * osim.step_time(osim.H100, osim.MINICPM_8B, 16, 131072, "Sparse", churn=0.3))
+    assert h100[4] == pytest.approx(1e3 * osim.step_time(osim.H100, osim.MINICPM_8B, 16, 131072, "SparDA", churn=0.3))
+    assumed = [r for r in rows if r[0] == "H100" and r[1] == "assumed"][0]
+    assert h100[3] > assumed[3]                                             # more churn, more to copy

@@ -1,9 +1,11 @@
 """Exercises of notebook 11 (sparse attention on trained models): how much of a layer's own top-k attention a
 lightning indexer's top-k finds (recall, with the tie rule of ``topk_indices`` written by hand), and the attention
 output of one query that reads only the selected positions (one softmax over them, GQA head mapping, -1 padding,
-the max subtracted before ``exp``).
+the max subtracted before ``exp``), and the bytes one decode step of one layer copies from host memory when the
+block cache holds the previous step's selection (SparDA's offload, 11.3).
 
-Shapes are as the notebook states them: one layer of one sequence for 11.1 (T queries, S keys), one query for 11.2.
+Shapes are as the notebook states them: one layer of one sequence for 11.1 (T queries, S keys), one query for 11.2,
+one step of one layer for 11.3.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hybrid_lab.exercises.framework import Case, Exercise, register
 from hybrid_lab.models.lightning_indexer import topk_recall
 from hybrid_lab.ops.sparse_attention import sparse_attention as _sparse_attention
 from hybrid_lab.ops.sparse_attention import topk_indices
+from hybrid_lab.serving.offload_sim import new_blocks as _new_blocks
 
 _twin = _sparse_attention.numpy_impl          # the numpy op, whatever backend is active
 
@@ -32,6 +35,9 @@ ATTENTION = ("hybrid_lab.ops.sparse_attention:sparse_attention",
              "hybrid_lab.core.blocks:softmax_with_sink",
              "hybrid_lab.ops.fa_decode:fa_attention",
              "hybrid_lab.trained.dsa:sparse_forward")
+FETCH = ("hybrid_lab.serving.offload_sim:new_blocks",
+         "hybrid_lab.serving.offload_sim:replay_trace",
+         "hybrid_lab.trained.sparda:replay_layers")
 
 
 # ------------------------------------------------------------------------------------------ 11.1 recall of the top-k
@@ -219,3 +225,73 @@ def _attn_cases(rng):
 
 register(Exercise("11.2", "topk_attention", topk_attention_reference, _attn_cases,
                   axes={"result": ("head", "dim")}, forbidden=ATTENTION, float_errors=True))
+
+
+# ------------------------------------------------------------------------------------------ 11.3 bytes to fetch
+def fetch_bytes_reference(prev_blocks, new_blocks, resident, block_bytes):
+    """prev_blocks: (K1,) the previous step's selection (the block cache); new_blocks: (K2,) this step's; resident:
+    (R,) blocks on the GPU anyway (e.g. the init block), R may be 0; block ids >= 0, -1 = an empty slot anywhere, no
+    id twice except -1; block_bytes > 0. Returns int: block_bytes x the number of distinct ids of new_blocks in
+    neither prev_blocks nor resident (-1 is never a block)."""
+    on_gpu = np.concatenate([np.asarray(prev_blocks, np.int64), np.asarray(resident, np.int64)])
+    return len(_new_blocks(np.asarray(new_blocks, np.int64), on_gpu)) * int(block_bytes)
+
+
+def _ids(x):
+    return np.asarray(x, np.int64).reshape(-1)
+
+
+def _fetch_case(rng, name, prev, new, resident, block_bytes=None):
+    """prev, new, resident: block ids (-1 = empty slot); block_bytes: random (a multiple of 1 KiB) unless given."""
+    bb = int(rng.integers(1, 257)) * 1024 if block_bytes is None else block_bytes
+    prev, new, resident = _ids(prev), _ids(new), _ids(resident)
+    return Case(name, (prev, new, resident, bb),
+                note=f"prev_blocks={prev.tolist()}, new_blocks={new.tolist()}, resident={resident.tolist()}, "
+                     f"block_bytes={bb}")
+
+
+def _pad(rng, ids, share):
+    """ids with about ``share`` of extra slots -1, inserted anywhere."""
+    ids = list(ids) + [-1] * int(rng.binomial(len(ids) + 1, share))
+    return np.asarray(ids, np.int64)[rng.permutation(len(ids))]
+
+
+def _fetch_random(rng):
+    """A selection that keeps part of the previous one, with some blocks resident and -1 slots in both."""
+    N = int(rng.integers(12, 200))                     # blocks in the context
+    perm = rng.permutation(np.arange(1, N))            # block 0 (the init block) handled apart
+    K1, K2 = int(rng.integers(1, 10)), int(rng.integers(1, 10))
+    keep = int(rng.integers(0, min(K1, K2) + 1))       # blocks of the previous step selected again
+    prev = perm[:K1]
+    new = np.concatenate([prev[:keep], perm[K1:K1 + K2 - keep]])
+    resident = np.concatenate([[0] if rng.random() < 0.5 else [], rng.choice(perm, int(rng.integers(0, 3)),
+                                                                              replace=False)]).astype(np.int64)
+    if rng.random() < 0.5:                             # the init block selected too (SparDA always reads it)
+        new = np.concatenate([new, [0]])
+    return _fetch_case(rng, "random", _pad(rng, prev, 0.2), _pad(rng, new, 0.2), resident)
+
+
+def _fetch_cases(rng):
+    N = int(rng.integers(20, 200))
+    perm = rng.permutation(np.arange(1, N))
+    K = int(rng.integers(2, 9))
+    a, b, c = perm[:K], perm[K:2 * K], perm[2 * K:3 * K]           # three disjoint sets of K blocks
+    r = perm[3 * K:3 * K + int(rng.integers(1, 3))]                # resident, disjoint from a, b, c
+    n_keep = int(rng.integers(1, K))                               # 1 .. K-1 blocks kept from a
+    return ([_fetch_random(rng) for _ in range(4)]
+            + [_fetch_case(rng, "identical selections (nothing to copy)", _pad(rng, a, 0.3),
+                           _pad(rng, rng.permutation(a), 0.3), r),
+               _fetch_case(rng, "all new (K2 blocks to copy)", a[:K - 1], b, r),
+               _fetch_case(rng, "-1 slots in new_blocks only (an empty slot is not a block)", a,
+                           rng.permutation(np.concatenate([a[:n_keep], b[:1], [-1, -1, -1]])), r),
+               _fetch_case(rng, "-1 slots in both (a -1 in prev_blocks caches no block)", _pad(rng, a, 0.5),
+                           np.concatenate([[-1], a[:n_keep], c[:2], [-1]]), r),
+               _fetch_case(rng, "a block resident and selected (not copied)", a,
+                           np.concatenate([a[:n_keep], r, b[:2]]), r),
+               _fetch_case(rng, "nothing resident (R = 0)", a, np.concatenate([b[:2], a[:n_keep]]), []),
+               _fetch_case(rng, "new_blocks all -1 (0 bytes)", a, [-1] * K, r),
+               _fetch_case(rng, "first step (prev_blocks empty): every selected block not resident",
+                           [], np.concatenate([[0], b]), np.concatenate([[0], r]))])
+
+
+register(Exercise("11.3", "fetch_bytes", fetch_bytes_reference, _fetch_cases, forbidden=FETCH))

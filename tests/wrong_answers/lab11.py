@@ -43,4 +43,20 @@ WRONG = {
          ("    from hybrid_lab.ops.sparse_attention import sparse_attention\n"
           "    return sparse_attention(q[None, None], k[None], v[None], idx[None, None], scale=scale)[0, 0]")),
     ],
+    "11.3": [
+        ("-1 counted as a block (set difference of the raw arrays)",
+         ("    selected = new_blocks[new_blocks >= 0]                   # -1 is an empty slot, not a block\n"
+          "    cached = np.concatenate([prev_blocks, resident])         # on the GPU already\n"
+          "    missing = selected[~np.isin(selected, cached)]           # the blocks to copy from host memory\n"),
+         "    missing = list(set(new_blocks.tolist()) - set(prev_blocks.tolist()) - set(resident.tolist()))\n"),
+        ("the always-resident blocks ignored (copied again)",
+         "cached = np.concatenate([prev_blocks, resident])", "cached = prev_blocks"),
+        ("set difference the wrong way (the evicted blocks, prev - new)",
+         "missing = selected[~np.isin(selected, cached)]",
+         "missing = prev_blocks[(prev_blocks >= 0) & ~np.isin(prev_blocks, selected)]"),
+        ("the number of blocks, not bytes", "return int(len(missing)) * block_bytes", "return int(len(missing))"),
+        ("delegation to the library", "    ### BEGIN SOLUTION",
+         ("    from hybrid_lab.serving.offload_sim import new_blocks as blocks_to_copy\n"
+          "    return len(blocks_to_copy(new_blocks, np.concatenate([prev_blocks, resident]))) * block_bytes")),
+    ],
 }

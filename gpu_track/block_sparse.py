@@ -8,6 +8,9 @@ padded, that satisfy s <= q_pos[t]; one softmax over all of them):
 - tiled (prefill): when BLOCK_T consecutive queries list the same blocks (InfLLM-V2 and SparDA select per query
   block), one program stacks BLOCK_T queries × G heads into one tall operand, so every K/V block it loads is
   reused BLOCK_T·G times on tensor cores, as FlashAttention does. Causality stays per row.
+- split-K (decode at a small batch, one query per program): the block list is cut into ``nsplit`` slices run by
+  separate programs, each writing its partial (m, l, acc); ``softmax.combine_splits`` merges them. Without it a
+  decode step has only B·Hkv programs (2 at batch 1, 128 at B = 64) for the H200's 132 SMs.
 """
 from __future__ import annotations
 
@@ -15,20 +18,23 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import (INT_DTYPES, acc_dtype, alloc, check_gqa_operands, check_int, check_range, check_scale,
-                              check_tensor, check_tile, dot_precision, fold_scale, pow2, query_positions)
-from gpu_track.softmax import online_softmax_step
+from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands,
+                              check_int, check_range, check_scale, check_tensor, check_tile, dot_precision, fold_scale,
+                              pow2, query_positions, split_chunk)
+from gpu_track.softmax import combine_splits, online_softmax_step
 
 
 @triton.jit
-def _block_attn_kernel(q_ptr, k_ptr, v_ptr, block_idx_ptr, q_pos_ptr, o_ptr, scale, T, S, n_listed,
+def _block_attn_kernel(q_ptr, k_ptr, v_ptr, block_idx_ptr, q_pos_ptr, o_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
+                       scale, T, S, n_listed, split_len, n_splits,
                        HQ: tl.constexpr, HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                        KV_BLOCK: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
                        BLOCK_KV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                       ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                       ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, SPLIT: tl.constexpr):
     b = tl.program_id(0)
     t0 = tl.program_id(1) * BLOCK_T
-    g = tl.program_id(2)
+    g = tl.program_id(2) // n_splits
+    sp = tl.program_id(2) % n_splits                  # slice of the block list (split-K; 0 when n_splits = 1)
     rows = tl.arange(0, BLOCK_T * BLOCK_G)             # row r = (query t0 + r // BLOCK_G, head r % BLOCK_G)
     tq = t0 + rows // BLOCK_G
     hj = rows % BLOCK_G
@@ -44,7 +50,9 @@ def _block_attn_kernel(q_ptr, k_ptr, v_ptr, block_idx_ptr, q_pos_ptr, o_ptr, sca
     acc = tl.zeros([BLOCK_T * BLOCK_G, BLOCK_DV], ACC_DTYPE)
     offs_j = tl.arange(0, BLOCK_KV)
     list_row = block_idx_ptr + ((b * T + t0) * HKV + g) * n_listed   # the tile's first query's list (shared)
-    for i in range(0, n_listed):
+    lo = sp * split_len
+    hi = tl.minimum(lo + split_len, n_listed)
+    for i in range(lo, hi):
         bid = tl.load(list_row + i)
         s = bid * KV_BLOCK + offs_j
         mask_s = (offs_j < KV_BLOCK) & (s >= 0) & (s < S)          # bid = -1 gives s < 0: nothing loads
@@ -56,9 +64,15 @@ def _block_attn_kernel(q_ptr, k_ptr, v_ptr, block_idx_ptr, q_pos_ptr, o_ptr, sca
         visible = mask_s[None, :] & (s[None, :] <= qpos[:, None])
         logit = tl.where(visible, logit, float("-inf"))
         m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, logit, vt, ACC_DTYPE, DOT_PRECISION)
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(o_ptr + qrow[:, None] * DV + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=mask_r[:, None] & mask_dv[None, :])
+    if SPLIT:   # one query per program (BLOCK_T = 1): partials laid out (B*T, Hkv, n_splits, G) for the combine
+        prow = (((b * T + t0) * HKV + g) * n_splits + sp) * G + hj
+        tl.store(part_m_ptr + prow, m_i, mask=mask_r)
+        tl.store(part_l_ptr + prow, l_i, mask=mask_r)
+        tl.store(part_acc_ptr + prow[:, None] * DV + offs_dv[None, :], acc, mask=mask_r[:, None] & mask_dv[None, :])
+    else:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + qrow[:, None] * DV + offs_dv[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=mask_r[:, None] & mask_dv[None, :])
 
 
 def tile_uniform(block_idx: torch.Tensor, block_t: int) -> bool:
@@ -72,7 +86,7 @@ def tile_uniform(block_idx: torch.Tensor, block_t: int) -> bool:
     return bool((tiles == tiles[:, :, :1]).all())
 
 
-def check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t):
+def check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t, nsplit=None):
     """The torch wrapper's contract (shapes, dtypes, devices, block-index range); ValueError naming the argument.
     Returns Nb, the number of blocks of size ``block_size`` covering S (the last one may be partial)."""
     B, S, Hq, Hkv, d, _ = check_gqa_operands(q, k, v)
@@ -85,19 +99,24 @@ def check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t):
     check_scale(scale)
     if block_t is not None:
         check_tile("block_t", block_t, lo=1)
+    if nsplit is not None:
+        check_int("nsplit", nsplit)
     return n_blocks
 
 
 def block_sparse_attention(q, k, v, block_idx, block_size: int = 64, scale=None, q_pos=None,
-                           block_t: int | None = None, num_warps: int = 4, num_stages: int = 2):
+                           block_t: int | None = None, num_warps: int = 4, num_stages: int = 2,
+                           nsplit: int | None = None):
     """q: (B, T, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv); block_idx: (B, T, Hkv, nb) int in [-1, Nb), -1
     padded, Nb = ceil(S / block_size); q_pos: (T,) int in [0, S), default S - T + arange(T).
     Returns o: (B, T, Hq, dv) in q's dtype.
 
     ``block_t``: queries per program (a power of two); by default the largest power of two <= 128 / G that keeps
     the launch exact (tile_uniform), else 1.
+    ``nsplit``: slices of each block list run by separate programs and merged after (split-K), only where a
+    program holds one query; default: enough for ~4 programs per SM of an H200 when B·T·Hkv is small.
     """
-    check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t)
+    check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t, nsplit)
     B, T, Hq, d = q.shape
     S, Hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     q_pos = query_positions(q_pos, T, S, like=q, hi=S)
@@ -120,12 +139,25 @@ def block_sparse_attention(q, k, v, block_idx, block_size: int = 64, scale=None,
         block_t_eff = block_t
     if block_t_eff == 1 and BG < 16:
         BG = 16                                        # pad heads instead of queries
-    grid = (B, triton.cdiv(T, block_t_eff), Hkv)
     q, scale = fold_scale(q, scale, d)
-    _block_attn_kernel[grid](q.contiguous(), k.contiguous(), v.contiguous(), block_idx, q_pos, o,
-                             scale, T, S, n_listed,
-                             HQ=Hq, HKV=Hkv, G=G, D=d, DV=dv, KV_BLOCK=block_size, BLOCK_T=block_t_eff, BLOCK_G=BG,
-                             BLOCK_KV=pow2(block_size), BLOCK_D=pow2(d), BLOCK_DV=pow2(dv),
-                             ACC_DTYPE=acc_dtype(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
-                             num_warps=num_warps, num_stages=num_stages)
+    meta = dict(HQ=Hq, HKV=Hkv, G=G, D=d, DV=dv, KV_BLOCK=block_size, BLOCK_T=block_t_eff, BLOCK_G=BG,
+                BLOCK_KV=pow2(block_size), BLOCK_D=pow2(d), BLOCK_DV=pow2(dv), ACC_DTYPE=acc_dtype(q.dtype),
+                DOT_PRECISION=dot_precision(q.dtype), num_warps=num_warps, num_stages=num_stages)
+    args = (q.contiguous(), k.contiguous(), v.contiguous(), block_idx, q_pos)
+    if block_t_eff > 1 or n_listed <= 1:
+        nsplit = 1
+    elif nsplit is None:
+        nsplit = max(1, min(n_listed, TARGET_PROGRAMS // (B * T * Hkv)))
+    split_len, nsplit = split_chunk(max(n_listed, 1), 1, nsplit)
+    if nsplit == 1:
+        _block_attn_kernel[(B, triton.cdiv(T, block_t_eff), Hkv)](*args, o, o, o, o, scale, T, S, n_listed,
+                                                                  max(n_listed, 1), 1, SPLIT=False, **meta)
+        return o
+    acc_t = acc_torch_dtype(q.dtype)
+    part_m = alloc((B * T, Hkv, nsplit, G), acc_t, q.device)
+    part_l = alloc(part_m.shape, acc_t, q.device)
+    part_acc = alloc((B * T, Hkv, nsplit, G, dv), acc_t, q.device)
+    _block_attn_kernel[(B, T, Hkv * nsplit)](*args, o, part_m, part_l, part_acc, scale, T, S, n_listed, split_len,
+                                             nsplit, SPLIT=True, **meta)
+    combine_splits(part_m, part_l, part_acc, None, o.view(B * T, Hq, dv))
     return o

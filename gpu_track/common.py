@@ -21,6 +21,13 @@ from gpu_track import INTERPRET
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 INT32_MAX = 2 ** 31 - 1
+GRID_MAX = (2 ** 31 - 1, 65535, 65535)   # CUDA's limit on each launch grid axis
+# Smallest tile natively along every dimension of a tl.dot in a kernel that has several dots. Triton 3.4-3.7 on
+# Hopper (sm_90) reads past its shared-memory buffer (compute-sanitizer: "Invalid __shared__ read"; a fault or
+# silently wrong output depending on what lies beyond) for wgmma operands of 16 or 32 along a dot dimension when two
+# or more dots share a kernel (triton-lang/triton#10486, #11366; pytorch/helion#1905 keeps such tiles at 8 or >= 64).
+# This is what broke the SSD two-pass kernels (issue 17). The interpreter has no such bug: there the minimum is 16.
+DOT_MIN = 16 if INTERPRET else 64
 TARGET_PROGRAMS = 528   # split-K heuristics aim at ~4 programs per SM of an H200 (132 SMs)
 
 
@@ -64,6 +71,13 @@ def split_chunk(n: int, block: int, nsplit: int):
     Returns (items per slice, number of non-empty slices)."""
     chunk = triton.cdiv(triton.cdiv(n, block), nsplit) * block
     return chunk, triton.cdiv(n, chunk)
+
+
+@triton.jit
+def scan_combine(a1, u1, a2, u2):
+    """The linear recurrence h = a h + u as an associative operator, for ``tl.associative_scan``: applying
+    (a1, u1) then (a2, u2) is (a1 a2, a2 u1 + u2)."""
+    return a1 * a2, a2 * u1 + u2
 
 
 # ------------------------------------------------------------------------------------------- buffers
@@ -148,6 +162,22 @@ def check_range(name: str, t: torch.Tensor, lo: int, hi: int | None) -> None:
     mn, mx = (int(v) for v in torch.aminmax(t))
     check(mn >= lo and (hi is None or mx < hi),
           f"{name} entries must lie in [{lo}, {'inf' if hi is None else hi}), got range [{mn}, {mx}]")
+
+
+def check_index_space(name: str, n_elements: int, what: str) -> None:
+    """A kernel that computes offsets into a buffer in int32 needs every offset below 2^31: ``n_elements`` is the
+    buffer's size in elements; past INT32_MAX the offsets would wrap and read/write another tensor's memory."""
+    check(n_elements <= INT32_MAX, f"{name}: {what} has {n_elements} elements, more than the kernels' int32 offsets "
+                                   f"address ({INT32_MAX}); split the batch")
+
+
+def check_grid(name: str, grid) -> tuple:
+    """A launch grid within CUDA's limits (axis 0 < 2^31, axes 1 and 2 <= 65535); ``name`` is the argument that
+    sets the offending axis."""
+    for ax, (g, lim) in enumerate(zip(grid, GRID_MAX)):
+        check(int(g) <= lim, f"{name}: the launch grid's axis {ax} would have {int(g)} programs, more than CUDA's "
+                             f"{lim}; split the input")
+    return tuple(int(g) for g in grid)
 
 
 def check_finite(name: str, t: torch.Tensor) -> None:

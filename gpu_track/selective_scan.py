@@ -10,15 +10,12 @@ channel block: the kernel is memory-bound, ~ (2 + 1) · Bt · L · Dm · bytes.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import acc_dtype, acc_torch_dtype, alloc, check, check_tensor, check_tile, pow2
-
-
-@triton.jit
-def _combine(a1, u1, a2, u2):
-    return a1 * a2, a2 * u1 + u2
+from gpu_track.common import (acc_dtype, acc_torch_dtype, alloc, check, check_grid, check_index_space, check_tensor,
+                              check_tile, pow2, scan_combine)
 
 
 @triton.jit
@@ -31,7 +28,7 @@ def _scan_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_las
     mask_d, mask_n = offs_d < DM, offs_n < N
     mask_dn = mask_d[:, None] & mask_n[None, :]
     a_log = tl.load(A_ptr + offs_d[:, None] * N + offs_n[None, :], mask=mask_dn, other=0.0).to(ACC_DTYPE)  # (BD, BN)
-    hrow = (b * DM + offs_d).to(tl.int64)[:, None] * N + offs_n[None, :]
+    hrow = (b.to(tl.int64) * DM + offs_d)[:, None] * N + offs_n[None, :]
     if HAS_H0:
         h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
     else:
@@ -42,7 +39,7 @@ def _scan_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_las
     for t0 in range(0, L, CHUNK):
         offs_t = t0 + tl.arange(0, CHUNK)
         mask_t = offs_t < L
-        row = (b * L + offs_t).to(tl.int64)
+        row = b.to(tl.int64) * L + offs_t
         mask_td = mask_t[:, None] & mask_d[None, :]
         mask_tn = mask_t[:, None] & mask_n[None, :]
         x = tl.load(x_ptr + row[:, None] * DM + offs_d[None, :], mask=mask_td, other=0.0).to(ACC_DTYPE)   # (CH, BD)
@@ -52,13 +49,55 @@ def _scan_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_las
         C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0).to(ACC_DTYPE)
         a = tl.exp(dt[:, :, None] * a_log[None, :, :])                                          # (CH, BD, BN)
         u = (dt * x)[:, :, None] * B_tile[:, None, :]
-        a_cum, u_cum = tl.associative_scan((a, u), 0, _combine)
+        a_cum, u_cum = tl.associative_scan((a, u), 0, scan_combine)
         hs = a_cum * h[None, :, :] + u_cum                                                       # every step's state
         y = tl.sum(hs * C_tile[:, None, :], 2)                                                       # (CH, BD)
         if HAS_D:
             y += d_skip[None, :] * x
         tl.store(y_ptr + row[:, None] * DM + offs_d[None, :], y.to(y_ptr.dtype.element_ty), mask=mask_td)
         h = tl.sum(tl.where(last[:, None, None], hs, 0.0), 0)                                   # state after the chunk
+    tl.store(h_last_ptr + hrow, h.to(h_last_ptr.dtype.element_ty), mask=mask_dn)
+
+
+@triton.jit
+def _scan_materialized_kernel(a_ptr, u_ptr, x_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
+                              HAS_D: tl.constexpr, HAS_H0: tl.constexpr, CHUNK: tl.constexpr,
+                              BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """The unfused scan (Lecture 10 §2.3's baseline): the same chunked prefix scan as ``_scan_kernel``, but the
+    discretized Ā = exp(ΔA) and B̄x = Δ x B were computed beforehand and stored in HBM as (Bt, L, Dm, N) tensors,
+    so the kernel reads 2·N floats per (t, d) instead of computing them from x, Δ, B."""
+    b = tl.program_id(0)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d, mask_n = offs_d < DM, offs_n < N
+    mask_dn = mask_d[:, None] & mask_n[None, :]
+    hrow = (b.to(tl.int64) * DM + offs_d)[:, None] * N + offs_n[None, :]
+    if HAS_H0:
+        h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
+    else:
+        h = tl.zeros([BLOCK_D, BLOCK_N], ACC_DTYPE)
+    if HAS_D:
+        d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    last = tl.arange(0, CHUNK) == CHUNK - 1
+    for t0 in range(0, L, CHUNK):
+        offs_t = t0 + tl.arange(0, CHUNK)
+        mask_t = offs_t < L
+        row = b.to(tl.int64) * L + offs_t
+        mask_td = mask_t[:, None] & mask_d[None, :]
+        m3 = mask_td[:, :, None] & mask_n[None, None, :]
+        tdn = (row[:, None] * DM + offs_d[None, :])[:, :, None] * N + offs_n[None, None, :]        # (CH, BD, BN)
+        a = tl.load(a_ptr + tdn, mask=m3, other=1.0).to(ACC_DTYPE)                     # past L: a = 1, u = 0
+        u = tl.load(u_ptr + tdn, mask=m3, other=0.0).to(ACC_DTYPE)
+        C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_t[:, None] & mask_n[None, :],
+                         other=0.0).to(ACC_DTYPE)
+        a_cum, u_cum = tl.associative_scan((a, u), 0, scan_combine)
+        hs = a_cum * h[None, :, :] + u_cum
+        y = tl.sum(hs * C_tile[:, None, :], 2)
+        if HAS_D:
+            y += d_skip[None, :] * tl.load(x_ptr + row[:, None] * DM + offs_d[None, :], mask=mask_td,
+                                           other=0.0).to(ACC_DTYPE)
+        tl.store(y_ptr + row[:, None] * DM + offs_d[None, :], y.to(y_ptr.dtype.element_ty), mask=mask_td)
+        h = tl.sum(tl.where(last[:, None, None], hs, 0.0), 0)
     tl.store(h_last_ptr + hrow, h.to(h_last_ptr.dtype.element_ty), mask=mask_dn)
 
 
@@ -82,7 +121,7 @@ def _scan_seq_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h
     mask_d, mask_n = offs_d < DM, offs_n < N
     mask_dn = mask_d[:, None] & mask_n[None, :]
     a_log = tl.load(A_ptr + offs_d[:, None] * N + offs_n[None, :], mask=mask_dn, other=0.0).to(ACC_DTYPE)
-    hrow = (b * DM + offs_d).to(tl.int64)[:, None] * N + offs_n[None, :]
+    hrow = (b.to(tl.int64) * DM + offs_d)[:, None] * N + offs_n[None, :]
     if HAS_H0:
         h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
     else:
@@ -90,7 +129,7 @@ def _scan_seq_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h
     if HAS_D:
         d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
     for t in range(0, L):
-        row = (b * L + t).to(tl.int64)
+        row = b.to(tl.int64) * L + t
         x = tl.load(x_ptr + row * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
         dt = tl.load(dt_ptr + row * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
         B_tile = tl.load(B_ptr + row * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
@@ -110,17 +149,18 @@ def _step_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_ptr, y_ptr, h_new_
     offs_n = tl.arange(0, BLOCK_N)
     mask_d, mask_n = offs_d < DM, offs_n < N
     mask_dn = mask_d[:, None] & mask_n[None, :]
-    hrow = (b * DM + offs_d).to(tl.int64)[:, None] * N + offs_n[None, :]
+    hrow = (b.to(tl.int64) * DM + offs_d)[:, None] * N + offs_n[None, :]
     h = tl.load(h_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
     a_log = tl.load(A_ptr + offs_d[:, None] * N + offs_n[None, :], mask=mask_dn, other=0.0).to(ACC_DTYPE)
-    x = tl.load(x_ptr + b * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
-    dt = tl.load(dt_ptr + b * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
-    B_tile = tl.load(B_ptr + b * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
-    C_tile = tl.load(C_ptr + b * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
+    b64 = b.to(tl.int64)
+    x = tl.load(x_ptr + b64 * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    dt = tl.load(dt_ptr + b64 * DM + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    B_tile = tl.load(B_ptr + b64 * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
+    C_tile = tl.load(C_ptr + b64 * N + offs_n, mask=mask_n, other=0.0).to(ACC_DTYPE)
     h, y = _recurrence_step(h, a_log, x, dt, B_tile, C_tile)
     if HAS_D:
         y += tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE) * x
-    tl.store(y_ptr + b * DM + offs_d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    tl.store(y_ptr + b64 * DM + offs_d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
     tl.store(h_new_ptr + hrow, h.to(h_new_ptr.dtype.element_ty), mask=mask_dn)
 
 
@@ -144,6 +184,8 @@ def check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, variant):
         check_tensor("h0", h0, (Bt, Dm, N), like=x, doc=f"(Bt={Bt}, Dm={Dm}, N={N})")
     check_tile("chunk", chunk, lo=1)
     check_tile("block_d", block_d, lo=1)
+    check_index_space("A", Dm * N, "A (Dm·N)")                                  # A's offsets are int32
+    check_grid("block_d", (Bt, triton.cdiv(Dm, block_d), 1))
 
 
 def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: int = 16, num_warps: int = 4,
@@ -177,6 +219,42 @@ def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: in
     return y, h_last
 
 
+def selective_scan_unfused(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: int = 16, num_warps: int = 4,
+                           out_dtype=None):
+    """The unfused form of ``selective_scan`` (chunked variant), Lecture 10 §2.3's baseline: first materialize the
+    discretized Ā = exp(Δ A) and B̄x = Δ x B as (Bt, L, Dm, N) accumulator-dtype tensors in HBM (torch), then
+    scan them. Same arguments and result; moves ``scan_bytes(..., fused=False)`` bytes instead of
+    ``scan_bytes(..., fused=True)``."""
+    check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, "chunked")
+    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    acc = acc_torch_dtype(*_dtypes(x, dt, A, B, C))
+    y = alloc((Bt, L, Dm), out_dtype or acc, x.device)
+    h_last = alloc((Bt, Dm, N), acc, x.device)
+    if Bt * Dm == 0:
+        return y, h_last
+    dt_a = dt.to(acc)
+    a_bar = torch.exp(dt_a[..., None] * A.to(acc))                                  # (Bt, L, Dm, N) in HBM
+    u_bar = (dt_a * x.to(acc))[..., None] * B.to(acc)[:, :, None, :]               # (Bt, L, Dm, N) in HBM
+    _scan_materialized_kernel[(Bt, triton.cdiv(Dm, block_d))](
+        a_bar, u_bar, x.contiguous(), C.contiguous(), D.contiguous() if D is not None else h_last,
+        h0.contiguous() if h0 is not None else h_last, y, h_last, L, Dm, N, HAS_D=D is not None,
+        HAS_H0=h0 is not None, CHUNK=chunk, BLOCK_D=block_d, BLOCK_N=pow2(N, 1), ACC_DTYPE=acc_dtype(acc),
+        num_warps=num_warps)
+    return y, h_last
+
+
+def scan_bytes(Bt: int, L: int, Dm: int, N: int, fused: bool = True, in_bytes: int = 2, out_bytes: int = 2,
+               acc_bytes: int = 4) -> int:
+    """HBM bytes the Mamba-1 prefill must move. Fused: read x, Δ (in_bytes each per (t, d)), B, C (per t), write y,
+    the last state. Unfused adds writing Ā and B̄x ((t, d, n), acc_bytes each) and reading them back, and reads x
+    a second time (for the D skip)."""
+    fused_b = Bt * L * Dm * (2 * in_bytes + out_bytes) + 2 * Bt * L * N * in_bytes + Bt * Dm * N * acc_bytes
+    if fused:
+        return fused_b
+    return fused_b + 2 * 2 * Bt * L * Dm * N * acc_bytes + Bt * L * Dm * in_bytes
+
+
 def check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d):
     """The decode step's contract (shapes, dtypes, devices); ValueError naming the argument."""
     check_tensor("x", x, (None, None), doc="(Bt, Dm)")
@@ -190,6 +268,8 @@ def check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d):
         check_tensor("D", D, (Dm,), like=x, doc=f"(Dm={Dm},)")
     check_tensor("h", h, (Bt, Dm, N), like=x, doc=f"(Bt={Bt}, Dm={Dm}, N={N})")
     check_tile("block_d", block_d, lo=1)
+    check_index_space("A", Dm * N, "A (Dm·N)")
+    check_grid("block_d", (Bt, triton.cdiv(Dm, block_d), 1))
 
 
 def selective_scan_step(x, dt, A, B, C, D, h, block_d: int = 32, num_warps: int = 4):

@@ -50,6 +50,10 @@ from hypothesis import strategies as st
 
 SEED = 20240612                 # the baselines' arrays; hypothesis is derandomized
 EXAMPLES = 2                    # hypothesis examples per callable; each runs every (argument, mutation) once
+# trained.dsa.finetune_sparse (and dsa.run_experiment) import torch on their first call: import it here, so the
+# 10 s limit times the calls and not a cold import on a busy machine
+with contextlib.suppress(ImportError):
+    import torch  # noqa: F401
 CALL_TIMEOUT_S = 10.0           # a mutated call that runs longer is reported as a hang
 LAYERS = ("core", "ops", "costs", "models", "serving", "widgets", "trained")   # course/ is tooling: not tested here
 # Modules of the layers that are not scanned (fnmatch patterns -> why); they are not imported by the discovery.
@@ -795,6 +799,8 @@ def _dc(cls_path, obj_path=None, **over):
     return Entry(make)
 
 
+TABLE[f"{K}.dsa_cost.cost_per_million"] = Entry(lambda r: dict(L=4096, usd_per_gpu_hour=Real(2.0),
+                                                                 hbm_bw=Real(3.35e12), flops=Real(9.9e14)))
 TABLE[f"{K}.dsa_cost.DSAConfig"] = _dc(f"{K}.dsa_cost.DSAConfig")
 for fn in ("decode_bytes", "prefill_flops"):
     TABLE[f"{K}.dsa_cost.{fn}"] = Entry(lambda r: dict(L=4096))
@@ -824,6 +830,8 @@ for fn in ("sequence_bytes", "decode_bytes_read", "prefill_flops", "three_costs"
 TABLE[f"{K}.ledger.snapshot_bytes"] = Entry(lambda r: dict(m=_shape_cases(), L=Real(4096.0), every=16))
 TABLE[f"{K}.ledger.bounded_snapshot_bytes"] = Entry(lambda r: dict(m=_shape_cases(), L=Real(4096.0),
                                                                    n_states=Count(2)))
+TABLE[f"{K}.ledger.weight_bytes"] = Entry(lambda r: dict(m=_shape_cases()))
+TABLE[f"{K}.ledger.decode_step_bytes"] = Entry(lambda r: dict(m=_shape_cases(), L=Real(4096.0), batch=Size(2)))
 TABLE[f"{K}.ledger.max_batch"] = Entry(lambda r: dict(m=_shape_cases(), L=Real(4096.0)))
 allow(f"{K}.ledger.*", "L", "zero", "an empty context is a valid token count (costs of the state alone)")
 allow(f"{K}.ledger.max_batch", "weight_bytes", "zero", "no weights in HBM: a valid what-if")
@@ -1208,6 +1216,10 @@ TABLE[f"{O}.contracts.n_blocks"] = Entry(lambda r: dict(S=Count(32), block_size=
 
 # --- models.lightning_indexer (B=1, T=2, Hi=2, di=4, S=5)
 TABLE[f"{O}.lightning_indexer.lightning_indexer"] = Entry(_li_args)
+TABLE[f"{O}.lightning_indexer.lightning_indexer_fp8"] = Entry(_li_args)
+TABLE[f"{O}.lightning_indexer.quantize_fp8"] = Entry(lambda r: dict(x=N(r, 3, 4)))
+allow(f"{O}.lightning_indexer.quantize_fp8", "x", ["extra_axis", "missing_axis", "wrong_length"],
+      "quantized per row of the last axis: any rank and length is valid")
 TABLE[f"{M}.lightning_indexer.log_softmax"] = Entry(lambda r: dict(x=Arr(N(r, 2, 5), neginf_ok=True),
                                                                    axis=Fixed(-1)))
 allow(f"{M}.lightning_indexer.log_softmax", "x", ["extra_axis", "missing_axis", "wrong_length"], ELEMENTWISE)
@@ -1411,6 +1423,16 @@ for fn in ("serial_layer_time", "overlapped_layer_time"):
         resolve(f"{S}.offload_sim.LayerTimes")(1e-5, 5e-6, 2e-5, 1e-5, 3e-5, 4e-5, 1e-5, 3),
         {"not_layer_times": (1e-5, 2e-5)})))
 HWM = lambda: dict(hw=Fixed(resolve(f"{S}.offload_sim.H100")), m=Fixed(resolve(f"{S}.offload_sim.MINICPM_8B")))  # noqa
+TABLE[f"{S}.offload_sim.calibrate_selector"] = Entry(lambda r: dict(HWM(), batch=4, context=131072,
+                                                                   sparse_tps=Real(167.8), no_prefetch_tps=Real(247.3)))
+TABLE[f"{S}.offload_sim.reserve_bounds"] = Entry(lambda r: dict(HWM(), facts=Custom(
+    [(32768, "Sparse", 4, True), (32768, "Sparse", 512, False)],
+    {"not_tuples": [3], "fits_not_bool": [(32768, "Sparse", 4, "yes")], "zero_batch": [(32768, "Sparse", 0, True)],
+     "unknown_method": [(32768, "Dense?", 4, True)], "a_number": 3})))
+SKIP[f"{S}.offload_sim.accuracy_text"] = "no arguments: prints the reported tables (tested in tests/test_offload_sim.py)"
+TABLE[f"{S}.workloads.regeneration_trace"] = Entry(lambda r: dict(n_prompts=2, samples=2, seed=Count(0), vocab=64,
+                                                                  prompt_median=8, output_median=4,
+                                                                  system_prompt_len=Count(0)))
 TABLE[f"{S}.offload_sim.layer_times"] = Entry(lambda r: dict(HWM(), batch=16, context=32768, ctas=16, churn=0.1))
 TABLE[f"{S}.offload_sim.step_time"] = Entry(lambda r: dict(HWM(), batch=16, context=32768, method=Choice("SparDA"),
                                                            ctas=16, churn=0.1))
@@ -1858,6 +1880,13 @@ def _indexers(d_model=8, n=2):
 
 TABLE[f"{W}.dsa_trained.plot_accuracy_vs_k"] = Entry(lambda r: dict(
     res=_dsa_res_cases(mean_above_1=_dsa_map_stats(lambda a: dict(a, mean=1.5))), kind=Choice("needle")))
+TABLE[f"{W}.dsa_trained.plot_block_accuracy"] = Entry(lambda r: dict(res=Custom(
+    {"sparda": {"accuracy": {f"{s} k={k} needle": {"mean": 0.5, "std": 0.1} for s in ("oracle", "infllm")
+                             for k in (1, 2)}}},
+    {"no_sparda": {"dsa": {}}, "a_list": [1], "bad_mean": {"sparda": {"accuracy": {"oracle k=1 needle": {
+        "mean": 2.0, "std": 0.0}}}}, "nan_std": {"sparda": {"accuracy": {"oracle k=1 needle": {"mean": 0.5,
+                                                                                             "std": math.nan}}}}}),
+    kind=Choice("needle")))
 TABLE[f"{W}.dsa_trained.plot_recall"] = Entry(lambda r: dict(res=_dsa_res_cases(), k=Size(8), seq_len=Size(16)))
 TABLE[f"{W}.dsa_trained.random_model_entropy"] = Entry(lambda r: dict(T=Size(16), seed=Count(0)))
 TABLE[f"{W}.dsa_trained.plot_entropy"] = Entry(lambda r: dict(
@@ -1936,6 +1965,11 @@ TABLE[f"{T_}.dsa.train_layer_indexers"] = Entry(lambda r: dict(      # one step 
     n_heads=Size(4), d_index=Size(16), rope_dims=Count(8), seed=Count(0), show_progress=Fixed(False)))
 TABLE[f"{T_}.dsa.indexer_recall"] = Entry(lambda r: dict(model=_dense_stack_cases(), indexers=_indexer_cases(),
                                                          tokens=_tokens_2d(), k=Size(4)))
+TABLE[f"{T_}.dsa.selection_masks"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
+                                                          indexers=_indexer_cases(), k=Size(4)))
+TABLE[f"{T_}.dsa.finetune_sparse"] = Entry(lambda r: dict(      # one step on one sequence of 128: a fraction of a second
+    model=_dense_stack_cases(), indexers=_indexer_cases(), steps=Size(1), k=Size(4), batch=Size(1), lr=Real(3e-4),
+    lr_indexer=Real(3e-3), seed=Count(0), show_progress=Fixed(False)))
 TABLE[f"{T_}.dsa.attention_entropy_rows"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
                                                                  min_visible=Size(16)))
 
@@ -1975,11 +2009,46 @@ TABLE[f"{T_}.sparda.replay_layers"] = Entry(lambda r: dict(trace=Custom(
      "an_empty_layer": [[]], "bad_ids": [[np.array([-2])]], "float_ids": [[np.array([0.5])]]})))
 TABLE[f"{T_}.sparda.offload_rows"] = Entry(lambda r: dict(churn=Real(0.3), batch=Size(16), context=Size(131072)))
 allow(f"{T_}.sparda.offload_rows", "churn", "zero", "churn 0 = nothing new to copy (documented range [0, 1])")
-TABLE[f"{T_}.sparda.run_experiment"] = Entry(lambda r: dict(      # one seed, k = 1, 4 sequences: about a second
+TABLE[f"{T_}.sparda.run_experiment"] = Entry(lambda r: dict(      # quick, one seed, k = 1, 4 sequences: seconds
     out=Custom(os.path.join(_tmpdir(), "sparda_run"), {"a_number": 3, "a_list": ["out"]}),
     seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),
     ks=Custom((1,), {"empty": (), "zero": (0,), "float": (1.5,)}), n_eval=Custom(4, {"too_few": 3, "a_string": "4"}),
-    command=Custom("bad-input test", {"a_number": 3})))
+    command=Custom("bad-input test", {"a_number": 3}), quick=Custom(True, {"a_string": "yes", "a_number": 3})))
+
+
+def _json_file(text, name="not_a_summary"):
+    """A file holding ``text`` in the table's temporary folder (its path)."""
+    path = os.path.join(_tmpdir(), f"{name}.json")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _forecast_heads(d_model=8, n=2, d=4):
+    """Forecast heads for the table's dense Stack (d_model 8, 1 KV head of width d_qk 4), one per layer."""
+    return {f"W{i}": np.full((d_model, 1, d), 0.1 * (i + 1)) for i in range(n)}
+
+
+def _heads_cases():
+    h = _forecast_heads()
+    return Custom(h, {"not_a_dict": [h["W0"]], "missing_layer": {"W0": h["W0"]}, "wrong_width": _forecast_heads(d=8),
+                      "nan": dict(h, W1=np.full((8, 1, 4), math.nan)), "flat": dict(h, W0=np.ones(32))})
+
+
+TABLE[f"{T_}.sparda.hidden_states"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d()))
+TABLE[f"{T_}.sparda.forecast_setup"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
+                                                            teacher=Choice("fine"), k=Size(2)))
+TABLE[f"{T_}.sparda.train_forecast_head"] = Entry(lambda r: dict(
+    model=_dense_stack_cases(), tokens=_tokens_2d(), teacher=Choice("coarse"), steps=Size(1), lr=Real(1e-2),
+    k=Size(2), seed=Count(0), setup=Custom(None, {"a_number": 3, "a_dict": {}})))
+TABLE[f"{T_}.sparda.forecast_selection"] = Entry(lambda r: dict(
+    model=_dense_stack_cases(), i=Index(1, hi=2), x_src=Arr(N(r, 32, 8), free=(0,)), x=Arr(N(r, 32, 8), free=(0,)),
+    params=_heads_cases(), k=Size(1)))
+TABLE[f"{T_}.sparda.load_summary"] = Entry(lambda r: dict(path=Custom(None, {
+    "missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]")})))
+TABLE[f"{T_}.sparda.load_forecast_heads"] = Entry(lambda r: dict(
+    seed=Custom(0, {"negative": -1, "not_stored": 7, "float": 0.5, "a_string": "0"}), teacher=Choice("fine"),
+    path=Custom(None, {"missing": "/nonexistent/forecast_heads.npz", "a_number": 3})))
 
 
 @lazy
@@ -2023,7 +2092,7 @@ def _ckpt_cases(valid, **extra):
 TABLE[f"{T_}.dsa.load_indexers"] = Entry(lambda r: dict(
     path=_ckpt_cases("dsa", a_model_checkpoint=ckpt_store()["model"], stage2_missing=ckpt_store()["dsa_stage1_only"]),
     stage=Custom(2, {"zero": 0, "three": 3, "float": 2.0, "str": "2", "bool": True, "nan": math.nan}),
-    dtype=Choice("float64")))
+    dtype=Choice("float64"), finetuned=Custom(False, {"a_string": "no", "a_number": 1})))
 
 # --- trained.store (the checkpoints of ckpt_store above)
 TABLE[f"{T_}.store.save_checkpoint"] = Entry(lambda r: dict(

@@ -90,3 +90,17 @@ def test_roofline_plot_draws_the_model():
     marked = speed_ax.lines[-1]                                 # the L = 65,536 markers
     s64 = roofline_summary(65536)
     np.testing.assert_allclose(marked.get_ydata(), [s64["prefill_speedup"], s64["decode_speedup"]])
+
+
+def test_cost_per_million_follows_the_roofline():
+    from hybrid_lab.costs import dsa_cost as dc
+    c = dc.cost_per_million(np.array([1024, 2304, 131072]))
+    np.testing.assert_allclose(c["decode_dense"] / c["decode_dsa"], dc.decode_bytes(np.array([1024, 2304, 131072]))["speedup"])
+    assert c["decode_dsa"][0] > c["decode_dense"][0] and c["decode_dsa"][2] < c["decode_dense"][2] / 7
+    # one token at 128K reads 61 x 1,152 x 131,072 B: at 3.35 TB/s and $2 per hour
+    assert c["decode_dense"][2] == pytest.approx(2 / 3600 * 1e6 * 61 * 1152 * 131072 / 3.35e12)
+    assert c["prefill_dense"][2] / 10 < c["prefill_dsa"][2] < c["prefill_dense"][2] / 8   # marginal: toward 10x
+    assert dc.cost_per_million(4096, usd_per_gpu_hour=4.0)["decode_dsa"] == pytest.approx(
+        2 * dc.cost_per_million(4096)["decode_dsa"])
+    with pytest.raises(ValueError, match="usd_per_gpu_hour"):
+        dc.cost_per_million(4096, usd_per_gpu_hour=0)

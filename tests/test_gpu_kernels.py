@@ -141,6 +141,86 @@ def test_lightning_indexer_random_scores(dtype):
     assert rel_err(scores.cpu().numpy()[fin], rs[fin]) < TOL[dtype]
 
 
+@pytest.mark.parametrize("variant", ["tile", "stream"])
+@pytest.mark.parametrize("span", [None, 32])
+def test_lightning_indexer_both_launch_shapes_match_twin(variant, span):
+    """The tiled (prefill) and streamed (decode: queries loaded once, a span of keys per program) launches give the
+    twin's scores, decode-like (T = 1, T = 2) and with a prefill's causal edges; ragged S, di and span."""
+    rng = np.random.default_rng(17)
+    for B, T, Hi, di, S in ((2, 1, 4, 24, 137), (1, 2, 5, 20, 70), (2, 9, 8, 32, 50)):
+        q, w, k = rng.standard_normal((B, T, Hi, di)), rng.random((B, T, Hi)), rng.standard_normal((B, S, di))
+        q_pos = np.concatenate([[0], rng.integers(0, S, T - 1)]) if T > 2 else None
+        sc = lightning_indexer.indexer_scores(as_t(q, torch.float64), as_t(w, torch.float64), as_t(k, torch.float64),
+                                              None if q_pos is None else torch.from_numpy(q_pos).to(DEV),
+                                              block_s=16, variant=variant, span=span)
+        rs, _ = li_twin.lightning_indexer.numpy_impl(q, w, k, 3, q_pos)
+        fin = np.isfinite(rs)
+        assert np.array_equal(np.isfinite(sc.cpu().numpy()), fin)
+        assert rel_err(sc.cpu().numpy()[fin], rs[fin]) < TOL[torch.float64]
+
+
+def test_fp8_quantization_matches_twin_bit_for_bit():
+    """quantize_fp8 (torch) and the numpy twin round the same numbers: power-of-two scales make x / scale exact,
+    then float32, then e4m3 ties-to-even; every value is within 2^-4 relative of its row's scale grid."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 33)) * np.exp(3 * rng.standard_normal((40, 1)))
+    x[3] = 0.0                                                     # an all-zero row: scale 1
+    x[4, :] = 448.0 * 2.0 ** -3                                    # amax exactly 448 · 2^e: scale 2^e, not 2^(e+1)
+    t8, ts = lightning_indexer.quantize_fp8(torch.from_numpy(x).to(DEV))
+    n8, ns = li_twin.quantize_fp8(x)
+    assert t8.dtype == torch.float8_e4m3fn and np.array_equal(t8.double().cpu().numpy(), n8)
+    assert np.array_equal(ts.double().cpu().numpy(), ns)
+    assert ns[3] == 1.0 and ns[4] == 2.0 ** -3 and np.abs(n8).max() <= li_twin.E4M3_MAX
+    assert np.all(np.abs(n8 * ns[:, None] - x) <= np.abs(x) * 2.0 ** -4 + ns[:, None] * 2.0 ** -10)
+
+
+@pytest.mark.parametrize("case", LI_CASES)
+def test_lightning_indexer_fp8_matches_twin(case):
+    """The FP8 path (e4m3 q and k on tensor cores, float32 accumulation, key scale after the head sum) against its
+    float64 twin on the same quantized values; top-k identical. Integer inputs quantize exactly: scores equal."""
+    B, T, Hi, di, S, topk, qp = case
+    rng = np.random.default_rng(case_seed(case))
+    q_pos = None if qp is None else np.concatenate([[0, 1], rng.integers(0, S, T - 3), [S + 5]])
+    qpt = None if q_pos is None else torch.from_numpy(q_pos).to(DEV)
+    q, w, k = rng.standard_normal((B, T, Hi, di)), rng.random((B, T, Hi)), rng.standard_normal((B, S, di))
+    q, w, k = (a.astype(np.float32) for a in (q, w, k))
+    sc, idx = lightning_indexer.lightning_indexer_fp8(as_t(q, torch.float32), as_t(w, torch.float32),
+                                                      as_t(k, torch.float32), topk, qpt)
+    rs, ri = li_twin.lightning_indexer_fp8(q, w, k, topk, q_pos)
+    assert sc.dtype == torch.float32 and rs.dtype == np.float32
+    fin = np.isfinite(rs)
+    assert np.array_equal(np.isfinite(sc.cpu().numpy()), fin)
+    # Hopper's FP8 tensor cores accumulate with about 14 bits of mantissa, not float32's 24 (DeepSeek-V3 report
+    # §3.3.2, measured on H800): against a float64 twin of the same quantized values the scores agree to ~1e-4, not 1e-7
+    tol = 2e-3 if DEV.type == "cuda" else 2e-5
+    assert rel_err(sc.cpu().numpy()[fin], rs[fin].astype(np.float64)) < tol
+    exact, _ = li_twin.lightning_indexer.numpy_impl(q, w, k, topk, q_pos)
+    assert 0 < np.abs(rs[fin] - exact[fin]).max() / np.abs(exact[fin]).max() < 0.1   # FP8 rounds (and not wildly)
+    qi = rng.integers(-2, 3, (B, T, Hi, di)).astype(np.float32)
+    wi = rng.integers(0, 3, (B, T, Hi)).astype(np.float32)
+    ki = rng.integers(-2, 3, (B, S, di)).astype(np.float32)
+    sc, idx = lightning_indexer.lightning_indexer_fp8(as_t(qi, torch.float32), as_t(wi, torch.float32),
+                                                      as_t(ki, torch.float32), topk, qpt)
+    rs, ri = li_twin.lightning_indexer_fp8(qi, wi, ki, topk, q_pos)
+    ref, _ = li_twin.lightning_indexer.numpy_impl(qi, wi, ki, topk, q_pos)
+    assert np.array_equal(sc.cpu().numpy(), rs) and np.array_equal(rs, ref.astype(np.float32))
+    assert np.array_equal(idx.cpu().numpy(), ri)
+
+
+def test_lightning_indexer_fp8_rejects_bad_input():
+    q8 = torch.zeros(1, 2, 2, 8, device=DEV).to(torch.float8_e4m3fn)
+    k8 = torch.zeros(1, 5, 8, device=DEV).to(torch.float8_e4m3fn)
+    w = torch.ones(1, 2, 2, device=DEV)
+    with pytest.raises(ValueError, match="k_scale"):
+        lightning_indexer.indexer_scores_fp8(q8, w, k8, torch.ones(1, 4, device=DEV))
+    with pytest.raises(ValueError, match="q must have dtype"):
+        lightning_indexer.indexer_scores_fp8(q8.float(), w, k8, torch.ones(1, 5, device=DEV))
+    with pytest.raises(ValueError, match="variant"):
+        lightning_indexer.indexer_scores(q8.float(), w, k8.float(), variant="fast")
+    with pytest.raises(ValueError, match="x must be finite"):
+        li_twin.quantize_fp8(np.array([1.0, np.nan]))
+
+
 # --------------------------------------------------------------------------------------------- fa_decode_topk
 FA_CASES = [  # (B, Hq, Hkv, d, dv, S, topk, window)
     (2, 4, 2, 24, 20, 150, 5, 16),           # several splits, ragged S and dims
@@ -218,6 +298,20 @@ def test_selective_scan_matches_twin(case, dtype, variant):
     assert rel_err(y, ry) < TOL[dtype] * 5 and rel_err(h, rh) < TOL[dtype] * 5
 
 
+@pytest.mark.parametrize("case", SCAN_CASES[:2])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_selective_scan_unfused_matches_twin_and_counts_more_bytes(case, dtype):
+    """Lecture 10 §2.3's baseline: Ā and B̄x materialized in HBM, then scanned. Same result as the twin (and the
+    fused kernel); its byte count adds 2·2·N accumulator floats per (t, d)."""
+    args = _scan_inputs(case, 13)
+    y, h = selective_scan.selective_scan_unfused(*[None if a is None else as_t(a, dtype) for a in args], chunk=8)
+    ry, rh = ssm.ssm_scan(*[None if a is None else rounded(a, dtype) for a in args])
+    assert rel_err(y, ry) < TOL[dtype] * 5 and rel_err(h, rh) < TOL[dtype] * 5
+    Bt, L, Dm, N = case[:4]
+    fused, unfused = (selective_scan.scan_bytes(Bt, L, Dm, N, fused=f) for f in (True, False))
+    assert unfused - fused == 16 * Bt * L * Dm * N + 2 * Bt * L * Dm
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_selective_scan_step_matches_twin(dtype):
     x, dt, A, B, C, D, h0 = _scan_inputs((3, 1, 20, 6, True, True), 5)
@@ -267,18 +361,42 @@ def test_ssd_chunked_matches_twin(case, dtype, two_pass):
     assert rel_err(y, ry) < tol and rel_err(h, rh) < tol
 
 
-@pytest.mark.skipif(not ON_GPU, reason="the refusal is for native kernels (the interpreter computes it right)")
-def test_ssd_two_pass_refuses_half_inputs_with_large_n():
-    """Issue 17: natively, the two-pass SSD with bf16/fp16 inputs and N > 32 gave relative errors ~1 and
-    out-of-bounds shared-memory reads (compute-sanitizer); the wrapper refuses it, naming the argument."""
-    x = torch.randn(1, 64, 2, 16, device=DEV, dtype=torch.bfloat16)
-    dt = torch.rand(1, 64, 2, device=DEV, dtype=torch.bfloat16)
-    A = -torch.rand(2, device=DEV, dtype=torch.bfloat16)
-    B = C = torch.randn(1, 64, 64, device=DEV, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="two_pass"):
-        ssd.ssd_chunked(x, dt, A, B, C, two_pass=True)
-    y, _ = ssd.ssd_chunked(x, dt, A, B, C)                  # the single pass still runs
-    assert torch.isfinite(y).all()
+@pytest.mark.parametrize("pass_block, pass_chunks", [(16, 2), (64, 1), (512, 8)])
+def test_ssd_parallel_state_pass_tiles(pass_block, pass_chunks):
+    """The inter-chunk pass in tiles of pass_chunks chunks × pass_block state entries, ragged both ways (7 chunks,
+    P·N = 240 entries), with h0 and D, equals the twin (float64)."""
+    Bt, L, H, P, N = 2, 100, 2, 20, 12
+    rng = np.random.default_rng(21)
+    args = (rng.standard_normal((Bt, L, H, P)), np.log1p(np.exp(rng.standard_normal((Bt, L, H)))),
+            -np.exp(rng.standard_normal(H)), rng.standard_normal((Bt, L, N)), rng.standard_normal((Bt, L, N)),
+            rng.standard_normal(H), rng.standard_normal((Bt, H, P, N)))
+    y, h = ssd.ssd_chunked(*[as_t(a, torch.float64) for a in args], chunk=16, two_pass=True, pass_block=pass_block,
+                           pass_chunks=pass_chunks)
+    ry, rh = ssm.ssd_scan(*args)
+    assert rel_err(y, ry) < 1e-10 and rel_err(h, rh) < 1e-10
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the issue-17 shapes need a GPU")
+@pytest.mark.parametrize("Bt, L", [(4, 8192), (1, 1000)])
+def test_ssd_parallel_bf16_large_n_agrees_with_single_pass(Bt, L):
+    """Issue 17: the two-pass SSD with bf16 inputs and N = 128 (H = 80, P = 64) gave relative errors ~1 and read
+    shared memory out of bounds at (Bt, L) = (4, 8192) with 32-wide tiles. Now every dot tile is >= 64 wide; the
+    parallel form, bf16 chunk states, agrees with the single pass and with the fp32 kernel."""
+    H, P, N = 80, 64, 128
+    g = torch.Generator(device=DEV).manual_seed(17)
+    x = torch.randn(Bt, L, H, P, device=DEV, generator=g).to(torch.bfloat16)
+    dt = torch.nn.functional.softplus(torch.randn(Bt, L, H, device=DEV, generator=g) - 3).to(torch.bfloat16)
+    A = -(torch.rand(H, device=DEV, generator=g) * 2 + 0.5).to(torch.bfloat16)
+    B = (torch.randn(Bt, L, N, device=DEV, generator=g) * N ** -0.5).to(torch.bfloat16)
+    C = (torch.randn(Bt, L, N, device=DEV, generator=g) * N ** -0.5).to(torch.bfloat16)
+    y1, h1 = ssd.ssd_chunked(x, dt, A, B, C, chunk=64, block_p=32)
+    for chunk in (64, 128):
+        y2, h2 = ssd.ssd_chunked(x, dt, A, B, C, chunk=chunk, block_p=32, two_pass=True, block_n_states=32,
+                                 states_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
+        yf, _ = ssd.ssd_chunked(*(t.float() for t in (x, dt, A, B, C)), chunk=chunk, two_pass=True)
+        assert float((y2.float() - y1).norm() / y1.norm()) < 2e-2
+        assert float((yf - y1).norm() / y1.norm()) < 2e-2
+        assert float((h2 - h1).norm() / h1.norm()) < 2e-2
 
 
 # --------------------------------------------------------------------------------------------- block-sparse
@@ -320,6 +438,26 @@ def test_tile_uniform_detects_shared_lists():
     assert block_sparse.tile_uniform(b, 4)
     b[0, 5, 0, 1] = 3
     assert not block_sparse.tile_uniform(b, 4) and block_sparse.tile_uniform(b, 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_block_sparse_split_k_decode_matches_twin(dtype):
+    """Split-K decode (each block list cut into nsplit slices + the combine) gives the twin's output for every
+    nsplit, including more slices than listed blocks (empty slices) and a list of -1 only (output 0); G = 16 and
+    G = 3 (padded heads); per-query lists (T = 2), as at decode with speculative tokens."""
+    rng = np.random.default_rng(33)
+    for B, T, Hq, Hkv, S, d, bs, nb in ((2, 1, 32, 2, 300, 32, 64, 4), (1, 2, 6, 2, 100, 24, 16, 3)):
+        q, k, v = rng.standard_normal((B, T, Hq, d)), rng.standard_normal((B, S, Hkv, d)), rng.standard_normal((B, S, Hkv, d))
+        n_blk = -(-S // bs)
+        bidx = np.stack([rng.permutation(n_blk)[:nb] for _ in range(B * T * Hkv)]).reshape(B, T, Hkv, nb)
+        bidx[0, 0, -1, :] = -1                                       # nothing listed: 0
+        bidx[-1, -1, 0, 1:] = -1                                     # one block, then padding
+        ref = bs_twin.block_sparse_attention.numpy_impl(rounded(q, dtype), rounded(k, dtype), rounded(v, dtype), bidx, bs)
+        for nsplit in (None, 1, 2, nb, nb + 3):
+            o = block_sparse.block_sparse_attention(as_t(q, dtype), as_t(k, dtype), as_t(v, dtype),
+                                                    torch.from_numpy(bidx).to(DEV), bs, nsplit=nsplit)
+            assert rel_err(o, ref) < TOL[dtype], nsplit
+            assert not o[0, 0, -(Hq // Hkv):].abs().sum().item()
 
 
 # --------------------------------------------------------------------------------------------- shared layer
@@ -410,6 +548,7 @@ def _bs_bad_cases():
         "q_pos = S": (lambda: bs(q, k, v, bidx, 16, q_pos=torch.tensor([3, 10, 40], device=DEV)), "q_pos entries"),
         "q_pos < 0": (lambda: bs(q, k, v, bidx, 16, q_pos=torch.tensor([-1, 10, 20], device=DEV)), "q_pos"),
         "q_pos float": (lambda: bs(q, k, v, bidx, 16, q_pos=q.new_tensor([1.0, 2.0, 3.0])), "q_pos must have dtype"),
+        "nsplit = 0": (lambda: bs(q, k, v, bidx, 16, nsplit=0), "nsplit must be an integer >= 1"),
         "q_pos length": (lambda: bs(q, k, v, bidx, 16, q_pos=torch.tensor([1, 2], device=DEV)), "q_pos must have sh"),
         "T > S": (lambda: bs(*_attn_inputs(T=3, S=2), torch.zeros((1, 3, 2, 1), dtype=torch.int64, device=DEV), 16),
                   "T must be <= S"),
@@ -466,6 +605,7 @@ def _scan_bad_cases():
         "int x": (lambda: ss(x.long(), dt, A, B, C), "x must have dtype"),
         "chunk": (lambda: ss(x, dt, A, B, C, chunk=12), "chunk must be a power of two"),
         "variant": (lambda: ss(x, dt, A, B, C, variant="parallel"), "variant"),
+        "unfused chunk": (lambda: selective_scan.selective_scan_unfused(x, dt, A, B, C, chunk=6), "chunk must be"),
         "step h": (lambda: st(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, h0[:, :3]), "h must have shape"),
         "step B": (lambda: st(x[:, 0], dt[:, 0], A, B, C[:, 0], D, h0), "B must have shape"),
     }
@@ -484,6 +624,8 @@ def _ssd_bad_cases():
         "D shape": (lambda: sd(x, dt, A, B, C, D[:1]), "D must have shape"),
         "block_p": (lambda: sd(x, dt, A, B, C, block_p=24), "block_p must be a power of two"),
         "block_n_states": (lambda: sd(x, dt, A, B, C, two_pass=True, block_n_states=0), "block_n_states"),
+        "pass_block": (lambda: sd(x, dt, A, B, C, two_pass=True, pass_block=100), "pass_block must be a power of two"),
+        "pass_chunks": (lambda: sd(x, dt, A, B, C, two_pass=True, pass_chunks=3), "pass_chunks must be a power"),
         "chunk": (lambda: sd(x, dt, A, B, C, chunk=0), "chunk must be an integer >= 1"),
     }
 
@@ -510,6 +652,27 @@ def test_sparse_attention_index_at_s_was_an_out_of_bounds_read():
     assert torch.isfinite(sparse_attention.sparse_attention(q, k, v, idx)).all()
     with pytest.raises(ValueError, match="idx"):
         sparse_attention.sparse_attention(q, k, v, idx + 1)
+
+
+def test_launch_limits_are_checked_before_launch():
+    """Grids past CUDA's limits and int32 offsets past 2^31 raise a ValueError naming the argument before anything
+    is allocated or launched (stride-0 views: no memory behind these shapes)."""
+    def z(*shape):
+        return torch.zeros(1, device=DEV, dtype=torch.float32).expand(*shape)
+    H = 2 ** 14                                   # 2^22 steps / 16 per chunk x 2^14 heads = 2^32 programs
+    with pytest.raises(ValueError, match="x: the launch grid's axis 0"):
+        ssd.ssd_chunked(z(1, 2 ** 22, H, 16), z(1, 2 ** 22, H), z(H), z(1, 2 ** 22, 16), z(1, 2 ** 22, 16),
+                        chunk=16, two_pass=True)
+    L = 2 ** 31
+    with pytest.raises(ValueError, match="L: one sequence's time axis"):
+        ssd.ssd_chunked(z(1, L, 1, 16), z(1, L, 1), z(1), z(1, L, 16), z(1, L, 16))
+    Dm = 2 ** 20
+    with pytest.raises(ValueError, match="block_d: the launch grid's axis 1"):
+        selective_scan.selective_scan(z(1, 4, Dm), z(1, 4, Dm), z(Dm, 4), z(1, 4, 4), z(1, 4, 4), block_d=1)
+    with pytest.raises(ValueError, match="A: A"):
+        selective_scan.selective_scan(z(1, 4, Dm), z(1, 4, Dm), z(Dm, 2 ** 12), z(1, 4, 2 ** 12), z(1, 4, 2 ** 12),
+                                      block_d=64)
+    assert common.check_grid("x", (2 ** 31 - 1, 65535, 65535)) == (2 ** 31 - 1, 65535, 65535)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")

@@ -24,13 +24,26 @@ def test_lecture_numbers():
 
 def test_batch_and_costs():
     assert int(lg.max_batch(lg.TRANSFORMER_7B, 32768)) == 3
-    assert int(lg.max_batch(M, 32768)) == 30
-    np.testing.assert_array_equal(lg.max_batch(M, np.array([4096, 131072])), [224, 7])
+    assert int(lg.max_batch(M, 32768)) == 29              # weights: the model's own P in FP16, 15.31 GB
+    np.testing.assert_array_equal(lg.max_batch(M, np.array([4096, 131072])), [220, 7])
+    assert int(lg.max_batch(M, 32768, weight_bytes=14e9)) == 30       # the old flat 14 GB
     assert lg.kv_bytes_per_token(lg.GQA_7B) * 4 == lg.kv_bytes_per_token(lg.TRANSFORMER_7B)
     f = lg.prefill_flops(lg.TRANSFORMER_7B, np.array([1000, 2000]))
     assert f[1] > 2 * f[0]                                     # the quadratic term
     c = lg.three_costs(M, 1024)
     assert c["kv_memory_bytes"] == c["decode_read_bytes"] == 1024 * 65_536 + 25_165_824
+
+
+def test_weights_are_the_models_own_and_read_every_step():
+    assert lg.weight_bytes(lg.TRANSFORMER_7B) == lg.TRANSFORMER_7B.params * 2
+    assert round(lg.weight_bytes(lg.TRANSFORMER_7B) / lg.GB, 2) == 15.57           # P = 7.78B, FP16
+    assert lg.weight_bytes(lg.GQA_7B) < lg.weight_bytes(lg.TRANSFORMER_7B)         # smaller K/V projections
+    one = lg.decode_step_bytes(M, 4096)
+    assert one == lg.weight_bytes(M) + lg.decode_bytes_read(M, 4096)
+    eight = lg.decode_step_bytes(M, 4096, batch=8)
+    assert eight - one == 7 * lg.decode_bytes_read(M, 4096)                        # weights read once per step
+    with pytest.raises(ValueError, match="batch"):
+        lg.decode_step_bytes(M, 4096, batch=0)
 
 
 @pytest.mark.parametrize("m", MODELS, ids=lambda m: m.name)

@@ -25,9 +25,19 @@ def test_normalize_and_efficiency():
 
 
 def test_scores_alpha_zero_is_recency():
+    """The paper's recency is normalize(1 / (now - t)): the most recent nodes are far apart, old ones crowd at 0; the
+    lecture's variant is linear in t."""
     t = np.array([5.0, 1.0, 3.0])
-    s = eviction_scores(t, [1e12, 1e15, 1e9], [1e6, 1e6, 1e6], 0.0)
-    assert np.allclose(s, [1.0, 0.0, 0.5])
+    s = eviction_scores(t, [1e12, 1e15, 1e9], [1e6, 1e6, 1e6], 0.0, now=6.0)
+    r = 1 / (6.0 - t)
+    assert np.allclose(s, (r - r.min()) / (r.max() - r.min())) and np.allclose(s, [1.0, 0.0, 1 / 6])
+    assert np.array_equal(eviction_scores(t, [1, 1, 1], [1, 1, 1], 0.0), s)          # now defaults to max(t) + 1
+    lin = eviction_scores(t, [1e12, 1e15, 1e9], [1e6, 1e6, 1e6], 0.0, variant="lecture")
+    assert np.allclose(lin, [1.0, 0.0, 0.5])
+    with pytest.raises(ValueError, match="now must be"):
+        eviction_scores(t, [1, 1, 1], [1, 1, 1], 0.0, now=5.0)
+    with pytest.raises(ValueError, match="variant"):
+        eviction_scores(t, [1, 1, 1], [1, 1, 1], 0.0, variant="lru")
     assert np.argmin(s) == 1                               # LRU victim
 
 
@@ -69,6 +79,40 @@ def test_tune_alpha_serial_equals_parallel_and_picks_best():
     assert s1[2.0] == pytest.approx(hit / sum(r.n_input for r in tr[60:]))
 
 
+def test_tune_alpha_official_metric_is_flops_over_the_last_500():
+    tr = chat_trace(700, "lmsys", seed=3)
+    empty = RadixCache(1e9)
+    best, scores = tune_alpha(empty, tr, [0.0, 1.0], processes=1, metric="flops")
+    ref = empty.clone()
+    ref.alpha = 1.0
+    hits = np.array([ref.serve(r) for r in tr])
+    assert scores[1.0] == pytest.approx(float(L7B.prefill_flops(hits[-500:]).sum()))
+    assert scores[best] == max(scores.values())
+    with pytest.raises(ValueError, match="metric"):
+        tune_alpha(empty, tr[:3], [0.0], processes=1, metric="tokens")
+
+
+def test_run_marconi_auto_official_replays_the_start_from_an_empty_tree():
+    tr = chat_trace(300, "sharegpt", seed=0)
+    res = run_marconi_auto(tr, 2e9, bootstrap=5, alphas=(0.0, 0.5, 1.0), processes=1, tuning="official")
+    start, stop = res.stats["bootstrap_window"]
+    lecture = run_marconi_auto(tr, 2e9, bootstrap=5, alphas=(0.0, 0.5, 1.0), processes=1)
+    n0 = lecture.stats["bootstrap_window"][0]
+    assert (start, stop) == (0, min(len(tr), 5 * n0)) and res.stats["tuning"] == "official"
+    best, scores = tune_alpha(RadixCache(2e9, policy="marconi"), tr[:stop], (0.0, 0.5, 1.0), processes=1,
+                              metric="flops")
+    assert res.alpha_scores == scores and res.stats["alpha_tuned"] == best
+    assert res.alpha == (best if stop < len(tr) else 0.0)
+
+
+def test_alpha_reported_is_the_alpha_applied():
+    """A window that ends with the trace: the tuned α never serves a request, so the result reports 0."""
+    tr = chat_trace(300, "sharegpt", seed=0)
+    res = run_marconi_auto(tr, 2e9, bootstrap=1000, alphas=(0.0, 2.0), processes=1, tuning="official")
+    assert res.stats["bootstrap_window"][1] == len(tr) and res.stats["alpha_tuned"] is not None
+    assert res.alpha == 0.0
+
+
 def test_run_marconi_auto_tunes_after_first_eviction():
     tr = chat_trace(300, "sharegpt", seed=0)
     res = run_marconi_auto(tr, 2e9, bootstrap=5, alphas=(0.0, 0.5, 1.0), processes=1)
@@ -77,9 +121,10 @@ def test_run_marconi_auto_tunes_after_first_eviction():
     assert stop - start == min(len(tr) - start, 5 * start)
     assert set(res.alpha_scores) == {0.0, 0.5, 1.0}
     assert res.alpha == max(sorted(res.alpha_scores), key=lambda a: (round(res.alpha_scores[a], 12), -a))
+    assert res.alpha == res.stats["alpha_tuned"] and stop < len(tr)
     assert 0 < res.token_hit_rate < 1
-    lru = simulate(tr, "sglang+", 2e9)                     # before tuning Marconi is LRU: same hits as SGLang+
-    assert np.array_equal(res.hit[:stop], lru.hit[:stop])
+    fixed0 = simulate(tr, "marconi", 2e9, alpha=0.0)       # before tuning Marconi runs with α = 0
+    assert np.array_equal(res.hit[:stop], fixed0.hit[:stop])
 
 
 def test_simulate_dispatches_by_policy_and_alpha():

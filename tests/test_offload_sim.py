@@ -1,6 +1,8 @@
 """The SparDA offload simulator: layer times, the paper's directions, block residency, bad input."""
 import numpy as np
 import pytest
+
+from hybrid_lab.serving import offload_sim as sim
 from hypothesis import given, settings, strategies as st
 
 from hybrid_lab.serving.offload_sim import (A100, H100, MINICPM_8B, Hardware, LayerTimes, ModelSpec, batch_sweep,
@@ -160,3 +162,47 @@ def test_layer_timeline_totals():
     t = layer_times(H100, M, 16, CTX, 16)
     assert tot["serial"] == pytest.approx(2 * serial_layer_time(t))
     assert tot["overlapped"] == pytest.approx(2 * overlapped_layer_time(t))
+
+
+def test_calibrate_selector_reproduces_the_two_fitted_numbers_and_predicts_others():
+    m = sim.MINICPM_8B
+    cal = sim.calibrate_selector(sim.H100, m, 4, 131072, 167.8, 247.3)
+    assert sim.throughput(cal, m, 4, 131072, "Sparse") == pytest.approx(167.8, rel=1e-9)
+    assert sim.throughput(cal, m, 4, 131072, "SparDA (no prefetch)") == pytest.approx(247.3, rel=1e-9)
+    assert cal.sel_latency_s > 2 * cal.fsel_latency_s > 0          # Fig. 3: Forecast selection > 2x cheaper
+    # unfitted numbers move toward the paper: Sparse† at batch 4 (reported 189.5), SparDA/Sparse at batch 8 (1.69)
+    assert abs(sim.throughput(cal, m, 4, 131072, "Sparse†") - 189.5) < 20
+    r8 = sim.throughput(cal, m, 8, 131072, "SparDA") / sim.throughput(cal, m, 8, 131072, "Sparse")
+    r8_roof = sim.throughput(sim.H100, m, 8, 131072, "SparDA") / sim.throughput(sim.H100, m, 8, 131072, "Sparse")
+    assert r8_roof < 1.2 and r8 > 1.4
+    # a zero latency is the roofline: the default presets are unchanged
+    assert sim.layer_times(sim.H100, m, 8, 131072).sel < sim.layer_times(cal, m, 8, 131072).sel
+    with pytest.raises(ValueError, match="sparse_tps"):
+        sim.calibrate_selector(sim.H100, m, 4, 131072, 1e6, 247.3)      # faster than the roofline: nothing to add
+    with pytest.raises(ValueError, match="no_prefetch_tps"):
+        sim.calibrate_selector(sim.H100, m, 4, 131072, 167.8, -1.0)
+    with pytest.raises(ValueError, match="sel_latency_s"):
+        sim.with_(sim.H100, sel_latency_s=-1e-6)
+
+
+def test_reserve_bounds_show_the_paper_oom_needs_more_than_kv():
+    m, hw = sim.MINICPM_8B, sim.H100
+    lo, hi = sim.reserve_bounds(hw, m, [(131072, "Sparse†", 4, True), (131072, "Sparse†", 8, False)])
+    assert 0 < lo < hi                                   # alone, the Sparse† facts allow a reserve in (28.2, 45.9) GB
+    assert lo == pytest.approx(hw.hbm_bytes - m.weight_bytes - 8 * (m.n_layers * 131072 * m.kv_token_layer
+                                                                      + m.n_layers * 8191 * 2 * 128 * 2))
+    lo2, hi2 = sim.reserve_bounds(hw, m, [(131072, "Sparse†", 8, False), (98304, "Sparse", 128, True)])
+    assert lo2 > hi2                                     # with Sparse at 96K batch 128 running: contradictory
+    assert sim.reserve_bounds(hw, m, []) == (0.0, hw.hbm_bytes)
+    with pytest.raises(ValueError, match="facts"):
+        sim.reserve_bounds(hw, m, [(131072, "Sparse†", 8)])
+    with pytest.raises(ValueError, match="method"):
+        sim.reserve_bounds(hw, m, [(131072, "Dense", 8, True)])
+
+
+def test_accuracy_text_prints_the_reported_tables_and_the_differences():
+    t = sim.accuracy_text()
+    assert "61.7" in t and "51.7" in t and "+4.3" in t and "+1.5" in t
+    for rows in sim.PAPER_ACCURACY["table1"].values():      # Avg is the mean of the four families
+        for vals in rows.values():
+            assert abs(sum(vals[:4]) / 4 - vals[4]) < 0.06

@@ -15,7 +15,7 @@ from hybrid_lab.serving.node_store import ROOT, NodeStore
 from hybrid_lab.serving.radix_cache import (POLICIES, BlockCache, RadixCache, SimResult, TreeView, make_cache,
                                             marconi_admission, marconi_evict)
 from hybrid_lab.serving.state_models import ByteModel, RealModel, mini_hybrid_layout
-from hybrid_lab.serving.workloads import Request, chat_trace, exercise3_trace
+from hybrid_lab.serving.workloads import Request, chat_trace, exercise3_trace, regeneration_trace
 
 # tiny layout: 8 B of KV per token, 48 B per state, so small capacities create contention
 TINY = HybridLayout(n_attn=1, n_ssm=3, n_mlp=4, d_model=4, n_heads=2, d_state=4, dtype_bytes=1, mlp_hidden=16,
@@ -139,11 +139,102 @@ def test_pure_attention_policies_nearly_equal():
 
 
 def test_default_score_is_eviction_scores():
-    """The cache's unchecked default score gives exactly the decisions of the checked public eviction_scores."""
+    """The cache's unchecked default score gives exactly the decisions of the checked public eviction_scores (the
+    paper's), and the lecture's variant decides differently."""
     tr = chat_trace(80, "sharegpt", seed=6)
     a = RadixCache(1e9, alpha=0.5).serve_trace(tr)
     b = RadixCache(1e9, alpha=0.5, score_fn=eviction_scores).serve_trace(tr)
     assert a.stats["evictions"] > 0 and np.array_equal(a.hit, b.hit) and a.stats == b.stats
+    lecture = RadixCache(1e9, alpha=0.5, score="lecture").serve_trace(tr)
+    assert not np.array_equal(lecture.hit, a.hit)
+
+
+def test_identical_inputs_with_different_outputs_hit():
+    """Four requests with the same 1,000-token input and different outputs (n samples per prompt): the second one
+    splits the first one's edge at the input's end and checkpoints it, the third and fourth hit the whole input
+    (the official simulator: [0, 0, 1000, 1000])."""
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, 32000, 1000)
+    trace = [Request(i, 0, prompt, rng.integers(0, 32000, 50)) for i in range(4)]
+    for policy in ("sglang+", "marconi"):
+        c = make_cache(policy, 1e15)
+        c.keep_log = True
+        assert [c.serve(r) for r in trace] == [0, 0, 1000, 1000]
+        assert [x.checkpoint for x in c.log] == [None, 1000, None, None]
+        assert [x.states_added for x in c.log] == [[1050], [1000, 1050], [1050], [1050]]
+        c.check_invariants()
+    same = make_cache("marconi", 1e15)              # the same answer again: the input's end is checkpointed too
+    assert [same.serve(r) for r in [trace[0]] * 3] == [0, 0, 1000]
+
+
+def test_regeneration_trace_hits_from_the_third_sample():
+    tr = regeneration_trace(n_prompts=6, samples=4, seed=1)
+    res = simulate(tr, "marconi", 1e15, alpha=0.0)
+    per_prompt = res.hit.reshape(6, 4)
+    assert (per_prompt[:, :2] == 0).all()
+    assert np.array_equal(per_prompt[:, 2:], res.n_input.reshape(6, 4)[:, 2:])
+
+
+def test_sglang_plus_evicts_leaves_only_in_lru_order():
+    """The paper's SGLang+ baseline: only leaves are evicted, the least recently used first; every node of a served
+    request's path is refreshed (so a parent is never older than its children)."""
+    tr = chat_trace(60, "lmsys", seed=4, vocab=16, scale=0.05, system_prompt_len=40)
+    cache = make_cache("sglang+", 40 * TINY.kv_bytes_per_token + 3 * TINY.state_bytes, ByteModel(TINY))
+    cache.eviction_log = []
+    for r in tr:
+        cache.serve(r)
+        nodes = cache.nodes
+        ids = nodes.live()
+        par = nodes.parent[ids]
+        inner = par != ROOT
+        assert (nodes.last_access[par[inner]] >= nodes.last_access[ids[inner]]).all()
+        cache.check_invariants()
+    assert len(cache.eviction_log) > 10
+    assert all(e["nchild"] == 0 and e["t"] == e["min_t"] for e in cache.eviction_log)
+    assert cache.stats["evicted_intermediate"] == 0
+    with pytest.raises(ValueError, match="alpha must be 0"):
+        RadixCache(1e9, alpha=0.5, policy="sglang+")
+
+
+class _Watched:
+    """Records the largest ``bytes_held`` ever set, inside serve() included."""
+
+    peak = 0.0
+
+    @property
+    def bytes_held(self):
+        return self._held
+
+    @bytes_held.setter
+    def bytes_held(self, v):
+        self._held = v
+        self.peak = max(self.peak, v)
+
+
+class WatchedRadix(_Watched, RadixCache):
+    pass
+
+
+class WatchedBlocks(_Watched, BlockCache):
+    pass
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(trace=traces(), policy=st.sampled_from(POLICIES), cap=st.integers(0, 400), alpha=st.sampled_from([0.0, 2.0]),
+       score=st.sampled_from(["paper", "lecture"]))
+def test_bytes_held_never_exceed_capacity_inside_serve(trace, policy, cap, alpha, score):
+    """Evict before admit: at no point, inside one request included, do the bytes held exceed the capacity."""
+    if policy == "vllm+":
+        cache = WatchedBlocks(cap, ByteModel(TINY), block=2)
+    elif policy == "sglang+":
+        cache = WatchedRadix(cap, ByteModel(TINY), policy="sglang+")
+    else:
+        cache = WatchedRadix(cap, ByteModel(TINY), alpha=alpha, score=score)
+    for r in trace:
+        cache.serve(r)
+        assert cache.peak <= cap + 1e-6, (cache.peak, cap)
+        cache.check_invariants()
+    assert not cache.nodes.locked.any()
 
 
 @settings(max_examples=150, **SETTINGS)
@@ -168,14 +259,18 @@ def test_hooks_with_marconis_functions_decide_as_the_cache(trace, cap_states, al
 
 
 def test_marconi_admission_rule():
-    """Branch iff 0 < m < n_input and (a split inside an edge, or a node with children and no state); always the
+    """Branch iff 0 < m <= n_input and (a split inside an edge, or a node with children and no state); always the
     last decoded token."""
     assert marconi_admission(10, 15, 0, False, 3, False) == [15]         # nothing matched: the root is no branch
     assert marconi_admission(10, 15, 6, True, 0, False) == [6, 15]       # the input leaves an edge midway
     assert marconi_admission(10, 15, 6, False, 2, False) == [6, 15]      # a state-less branch node gets one more child
     assert marconi_admission(10, 15, 6, False, 2, True) == [15]          # ... which already holds a state: a hit
     assert marconi_admission(10, 15, 6, False, 0, False) == [15]         # extending a leaf: no branch
-    assert marconi_admission(10, 15, 10, True, 0, False) == [15]         # the whole input matched: no new branch
+    assert marconi_admission(10, 15, 10, True, 0, False) == [10, 15]     # the input ends inside an edge: the output
+    #                                                                     splits it there (same prompt, new answer)
+    assert marconi_admission(10, 15, 10, False, 2, False) == [10, 15]    # ... or at a state-less node with children
+    assert marconi_admission(10, 10, 10, True, 0, False) == [10]         # no output: the last token is the branch
+    assert marconi_admission(10, 15, 10, False, 0, False) == [15]        # ends at a leaf: extending it, no branch
 
 
 def test_admission_hook_positions_and_checks():
@@ -222,7 +317,7 @@ def test_eviction_hook_tree_view():
     view = TreeView(c)
     assert view.flops(np.array([0, 5])).tolist() == [0.0, float(L7B.prefill_flops(5))]
     with pytest.raises(ValueError, match="freed 0 of the"):
-        RadixCache(L7B.state_bytes, evict_fn=lambda tree, need, alpha: None).serve_trace(tr)
+        RadixCache(3 * L7B.state_bytes, evict_fn=lambda tree, need, alpha: None).serve_trace(tr)
 
 
 def test_clone_is_independent():
@@ -340,11 +435,11 @@ def test_node_store_copy_is_independent():
 
 
 # ---------------------------------------------------------------------------------------------------- bad input
-def _score_nan(t, saved, nbytes, alpha):
+def _score_nan(t, saved, nbytes, alpha, now):
     return np.full(len(t), np.nan)
 
 
-def _score_short(t, saved, nbytes, alpha):
+def _score_short(t, saved, nbytes, alpha, now):
     return np.zeros(len(t) + 1)
 
 

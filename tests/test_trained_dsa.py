@@ -69,3 +69,46 @@ def test_quick_run_trains_and_stores(tmp_path):
     assert loss[-1] < loss[0]
     m, ixs, meta = dsa.load_indexers(tmp_path / "dsa" / "indexer" / "seed0")
     assert len(ixs) == m.cfg.n_layers and meta["final"]["dense needle"] == pytest.approx(1.0, abs=0.05)
+
+
+# ---------------------------------------------------- the report's sparse stage: the model fine-tuned under top-k
+def test_sparse_forward_is_the_torch_twin_under_the_same_selection():
+    """What the fine-tuning trains (the torch twin reading each layer's selected positions only) is what the numpy
+    model computes with the indexer selecting (checked on the stored fine-tuned model)."""
+    import torch
+
+    from hybrid_lab.trained.torch_stack import TorchStack
+
+    model, ixs, _ = dsa.load_indexers(train.CHECKPOINTS / "dsa" / "indexer" / "seed0", finetuned=True)
+    ev = tasks.mix(2, 128, seed=tasks.EVAL_SEED + 1, n_local=4)
+    masks, _ = dsa.selection_masks(model, ev.tokens, ixs, 4)
+    assert masks.shape == (2, 4, 128, 128) and (masks.sum(-1) == np.minimum(np.arange(128) + 1, 4)).all()
+    assert not np.triu(masks, 1).any()                                              # causal
+    net = TorchStack(model.cfg, model.weights).double()
+    with torch.no_grad():
+        got = net(torch.as_tensor(ev.tokens), [torch.as_tensor(masks[:, i]) for i in range(4)]).numpy()
+    want = np.stack([dsa.sparse_forward(model, t, dsa.indexer_selector(ixs, 4)) for t in ev.tokens])
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_finetune_sparse_trains_the_model_and_the_indexers_and_leaves_the_inputs():
+    model, ixs, _ = dsa.load_indexers(train.CHECKPOINTS / "dsa" / "indexer" / "seed0", stage=1)
+    before = {n: a.copy() for n, a in model.weights.items()}
+    ix_before = {n: a.copy() for n, a in ixs[0].params.items()}
+    ft, ft_ixs, log = dsa.finetune_sparse(model, ixs, steps=3, k=4, batch=2, seed=0)
+    assert log["loss"].shape == (3,) and log["kl"].shape == (3, 4)
+    assert np.isfinite(log["loss"]).all() and np.isfinite(log["kl"]).all()
+    assert all(np.array_equal(model.weights[n], before[n]) for n in before)          # inputs untouched
+    assert all(np.array_equal(ixs[0].params[n], ix_before[n]) for n in ix_before)
+    assert any(not np.allclose(ft.weights[n], before[n]) for n in before)            # the model moved
+    assert any(not np.allclose(ft_ixs[0].params[n], ix_before[n]) for n in ix_before)
+
+
+def test_stored_finetuned_model_reproduces_its_accuracy():
+    model, ixs, meta = dsa.load_indexers(train.CHECKPOINTS / "dsa" / "indexer" / "seed0", finetuned=True)
+    ev = tasks.mix(64, 128, seed=tasks.EVAL_SEED + 1, n_local=4)
+    lg = np.stack([dsa.sparse_forward(model, t, dsa.indexer_selector(ixs, 2)) for t in ev.tokens])
+    got = tasks.accuracy(lg, ev, tasks.KIND_NEEDLE)[0]
+    assert abs(got - meta["final"][f"{dsa.FT} k=2 needle"]) <= 0.02
+    with pytest.raises(ValueError, match="finetuned"):
+        dsa.load_indexers(train.CHECKPOINTS / "dsa" / "indexer" / "seed0", stage=1, finetuned=True)

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from hybrid_lab.models import forecast as fc
 from hybrid_lab.serving import offload_sim as osim
 from hybrid_lab.trained import dsa, report, sparda, store, tasks
 
@@ -32,7 +33,7 @@ def test_selecting_every_block_is_dense_attention():
     assert np.abs(got - model.forward(t)).max() <= 1e-10 * np.abs(got).max()
 
 
-@pytest.mark.parametrize("kind", ["infllm", "oracle"])
+@pytest.mark.parametrize("kind", ["infllm", "oracle", "forecast fine"])
 def test_recorded_traces_replay_to_their_stored_summary(kind):
     for seed, rec in SUMMARY["per_seed"].items():
         stored = rec["traces"][kind]
@@ -65,3 +66,74 @@ def test_offload_rows_are_the_simulator_at_the_measured_churn():
     assert h100[4] == pytest.approx(1e3 * osim.step_time(osim.H100, osim.MINICPM_8B, 16, 131072, "SparDA", churn=0.3))
     assumed = [r for r in rows if r[0] == "H100" and r[1] == "assumed"][0]
     assert h100[3] > assumed[3]                                             # more churn, more to copy
+
+
+# ------------------------------------------------------------------ the Forecast head on the model's real hidden states
+DENSE0 = store.CHECKPOINTS / "retrieval" / "dense" / "seed0"
+
+
+@pytest.mark.parametrize("teacher", sparda.TEACHERS)
+def test_forecast_loss_decreases_on_real_hidden_states(teacher):
+    """CPU smoke run (a few seconds): the rest-bucket KL on the trained model's real hidden states goes down, on the
+    training sequences and on held-out ones."""
+    model, _ = store.load_checkpoint(DENSE0)
+    tr = tasks.mix(16, 128, seed=60_000, n_local=4).tokens
+    params, log = sparda.train_forecast_head(model, tr, teacher, steps=30, seed=0)
+    assert log["loss"].shape == (30,) and np.isfinite(log["loss"]).all()
+    assert log["loss"][-1] < 0.85 * log["loss"][0], log["loss"][[0, -1]]
+    held = sparda.forecast_setup(model, EV.tokens[:8], teacher)
+    untrained, _ = sparda.train_forecast_head(model, tr, teacher, steps=1, lr=1e-12, seed=0)
+    assert fc.forecast_loss_and_grad(params, held)[0] < fc.forecast_loss_and_grad(untrained, held)[0]
+
+
+def test_forecast_gradient_on_real_states_matches_finite_differences():
+    model, _ = store.load_checkpoint(DENSE0, dtype="float64")
+    setup = sparda.forecast_setup(model, EV.tokens[:2], "fine")
+    rng = np.random.default_rng(3)
+    params = {f"W{i}": 0.3 * rng.normal(size=(64, 1, 16)) for i in range(4)}
+    _, grads = fc.forecast_loss_and_grad(params, setup)
+    for name in ("W0", "W2"):
+        for _ in range(4):
+            j = tuple(int(rng.integers(n)) for n in params[name].shape)
+            h = 1e-6
+            up = {n: a.copy() for n, a in params.items()}
+            dn = {n: a.copy() for n, a in params.items()}
+            up[name][j] += h
+            dn[name][j] -= h
+            fd = (fc.forecast_loss_and_grad(up, setup)[0] - fc.forecast_loss_and_grad(dn, setup)[0]) / (2 * h)
+            assert grads[name][j] == pytest.approx(fd, rel=1e-4, abs=1e-8), (name, j)
+
+
+def test_forecast_selector_reads_the_previous_layers_input():
+    model, _ = store.load_checkpoint(DENSE0)
+    heads = sparda.load_forecast_heads(0, "fine")
+    cap: list = []
+    picked = {}
+    select = sparda.block_selector(model, "forecast", 2, heads)
+
+    def spy(i, x, probs):
+        picked[i] = select(i, x, probs)
+        return picked[i]
+    dsa.sparse_forward(model, EV.tokens[0], spy, capture=cap)
+    T = EV.tokens.shape[1]
+    for i in range(4):
+        want = sparda.forecast_selection(model, i, cap[max(i - 1, 0)]["x"], cap[i]["x"], heads, 2)
+        np.testing.assert_array_equal(picked[i], sparda.blocks_to_positions(want, T))
+
+
+def test_stored_forecast_heads_reproduce_their_accuracy():
+    model, _ = store.load_checkpoint(DENSE0)
+    heads = sparda.load_forecast_heads(0, "fine")
+    lg = np.stack([dsa.sparse_forward(model, t, sparda.block_selector(model, "forecast", 2, heads)) for t in EV.tokens])
+    got = tasks.accuracy(lg, EV, tasks.KIND_NEEDLE)[0]
+    assert abs(got - SUMMARY["per_seed"]["0"]["final"]["forecast fine k=2 needle"]) <= 0.02
+
+
+def test_forecast_needs_its_heads():
+    model, _ = store.load_checkpoint(DENSE0)
+    with pytest.raises(ValueError, match="params"):
+        sparda.block_selector(model, "forecast", 2)
+    with pytest.raises(ValueError, match="params"):
+        sparda.block_recall(model, EV.tokens[:1], 1, "forecast", {"W0": np.zeros((64, 1, 16))})
+    with pytest.raises(ValueError, match="teacher"):
+        sparda.load_forecast_heads(0, "medium")

@@ -60,6 +60,22 @@ def test_plot_accuracy_vs_k_draws_the_stored_means_and_stds(kind):
     np.testing.assert_allclose(dense.get_ydata(), [A[f"dense {kind}"]["mean"]] * 2)
 
 
+@pytest.mark.parametrize("kind", ["needle", "local"])
+def test_plot_block_accuracy_draws_the_stored_sparda_means(kind):
+    res = report.load_results()
+    S = res["sparda"]["accuracy"]
+    ax = dw.plot_block_accuracy(res, kind).axes[0]
+    assert [c.get_label() for c in ax.containers] == list(dw.BLOCK_SELECTORS)
+    for c, name in zip(ax.containers, dw.BLOCK_SELECTORS):
+        np.testing.assert_array_equal(c.lines[0].get_xdata(), [1, 2, 4])
+        np.testing.assert_allclose(c.lines[0].get_ydata(), [S[f"{name} k={k} {kind}"]["mean"] for k in (1, 2, 4)])
+        np.testing.assert_allclose(_errorbar_halves(c), [S[f"{name} k={k} {kind}"]["std"] for k in (1, 2, 4)])
+    (dense,) = [ln for ln in ax.lines if ln.get_label().startswith("dense")]
+    np.testing.assert_allclose(dense.get_ydata(), [S[f"dense {kind}"]["mean"]] * 2)
+    with pytest.raises(ValueError, match="sparda"):
+        dw.plot_block_accuracy({"dsa": {}}, kind)
+
+
 def test_plot_recall_bar_heights_are_the_stored_means():
     ax = dw.plot_recall(RES, 8).axes[0]
     b = bars(ax)

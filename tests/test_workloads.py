@@ -4,15 +4,27 @@ import math
 import numpy as np
 import pytest
 
-from hybrid_lab.serving.workloads import (Request, agent_trace, chat_trace, exercise3_trace, load_jsonl, save_jsonl,
-                                          shared_prefix_trace, token_ids, trace_stats, validate_trace)
+from hybrid_lab.serving.workloads import (Request, agent_trace, chat_trace, exercise3_trace, load_jsonl,
+                                          regeneration_trace, save_jsonl, shared_prefix_trace, token_ids, trace_stats,
+                                          validate_trace)
 
 GENERATORS = {
     "chat lmsys": lambda seed: chat_trace(40, "lmsys", seed=seed),
     "chat sharegpt": lambda seed: chat_trace(30, "sharegpt", seed=seed),
     "agent": lambda seed: agent_trace(200, seed=seed),
     "shared prefix": lambda seed: shared_prefix_trace(100, seed=seed),
+    "regeneration": lambda seed: regeneration_trace(10, 3, seed=seed),
 }
+
+
+def test_regeneration_samples_share_the_whole_input_not_the_output():
+    tr = regeneration_trace(5, samples=4, seed=2, system_prompt_len=30)
+    assert len(tr) == 20 and len({r.session for r in tr}) == 20
+    for p in range(5):
+        group = tr[4 * p: 4 * p + 4]
+        assert all(np.array_equal(r.input_ids, group[0].input_ids) for r in group)
+        assert len({r.output_ids[:1].tobytes() for r in group}) > 1          # the outputs differ
+    assert all(np.array_equal(r.input_ids[:30], tr[0].input_ids[:30]) for r in tr)    # the shared system prompt
 
 
 def _same(a, b):
@@ -156,6 +168,11 @@ BAD_INPUT = [
     (lambda: shared_prefix_trace(5, followup_prob=math.nan), "followup_prob"),
     (lambda: shared_prefix_trace(5, zipf_a=math.inf), "zipf_a"),
     (lambda: shared_prefix_trace(5, zipf_a=-1.2), "zipf_a"),
+    (lambda: regeneration_trace(0), "n_prompts"),
+    (lambda: regeneration_trace(3, samples=0), "samples"),
+    (lambda: regeneration_trace(3, prompt_median=0), "prompt_median"),
+    (lambda: regeneration_trace(3, output_median=2.5), "output_median"),
+    (lambda: regeneration_trace(3, system_prompt_len=-1), "system_prompt_len"),
     (lambda: exercise3_trace(len_d=0), "len_d"),
     (lambda: exercise3_trace(len_q=2.0), "len_q"),
     (lambda: exercise3_trace(vocab=2), "vocab"),

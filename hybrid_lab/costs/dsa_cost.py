@@ -125,3 +125,30 @@ def kv_overhead(cfg: DSAConfig = DEEPSEEK_V32) -> float:
     """Extra KV storage of DSA relative to MLA alone: index_key / latent (+11%)."""
     cfg = _config(cfg)
     return cfg.index_key_bytes / cfg.latent_bytes
+
+
+# H800 (our assumption, nominal spec values): HBM3 3.35 TB/s, 989 TFLOP/s dense BF16 (the H100 SXM's compute).
+H800_HBM_BW = 3.35e12
+H800_FLOPS = 989e12
+
+
+def cost_per_million(L, usd_per_gpu_hour: float = 2.0, hbm_bw: float = H800_HBM_BW, flops: float = H800_FLOPS,
+                     cfg: DSAConfig = DEEPSEEK_V32) -> dict:
+    """Attention's cost, in USD per million tokens, of the token at position L (scalar or array), on one GPU at its
+    peak rates: {"decode_dense", "decode_dsa", "prefill_dense", "prefill_dsa"}.
+
+    Decode: the bytes one token reads in all layers (``decode_bytes``) / hbm_bw. Prefill: the marginal FLOPs of the
+    L-th prompt token (it scores L keys: dense 81,920 per pair; DSA 81,920 per selected key + the indexer's
+    16,384 per key at the FP8 rate) / flops. A lower bound of the attention part only (no weights, no MoE, no
+    batching, ideal kernels), priced like DeepSeek's figure 3 (H800 at $2 per GPU-hour).
+    """
+    Lf, cfg = _args(L, cfg)
+    usd = checks.positive_number("usd_per_gpu_hour", usd_per_gpu_hour) / 3600.0 * 1e6     # $ per 1e6 GPU-seconds
+    hbm_bw, flops = checks.positive_number("hbm_bw", hbm_bw), checks.positive_number("flops", flops)
+    b = decode_bytes(L, cfg)
+    dense_f = cfg.n_layers * cfg.mla_flops_per_pair * Lf
+    dsa_f = cfg.n_layers * (cfg.mla_flops_per_pair * np.minimum(Lf, cfg.topk)
+                            + cfg.index_flops_per_pair * Lf / cfg.fp8_speedup)
+    return {"decode_dense": usd * cfg.n_layers * b["dense"] / hbm_bw,
+            "decode_dsa": usd * cfg.n_layers * b["dsa"] / hbm_bw,
+            "prefill_dense": usd * dense_f / flops, "prefill_dsa": usd * dsa_f / flops}

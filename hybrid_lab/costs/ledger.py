@@ -17,7 +17,7 @@ from hybrid_lab.costs.shape7b import GQA_7B, HYBRID_7B, TRANSFORMER_7B, HybridLa
 
 __all__ = ["GB", "HybridLayout", "TRANSFORMER_7B", "GQA_7B", "HYBRID_7B", "ModelShape", "kv_bytes_per_token",
            "ssm_state_bytes", "state_in_tokens", "sequence_bytes", "snapshot_bytes", "bounded_snapshot_bytes",
-           "max_batch", "decode_bytes_read", "prefill_flops", "three_costs"]
+           "max_batch", "decode_bytes_read", "weight_bytes", "decode_step_bytes", "prefill_flops", "three_costs"]
 
 GB = 1e9
 
@@ -79,10 +79,19 @@ def bounded_snapshot_bytes(m: HybridLayout, L, n_states: int = 2):
     return check_layout("m", m).entry_bytes(token_counts("L", L), checks.nonneg_int("n_states", n_states))
 
 
-def max_batch(m: HybridLayout, L, hbm_bytes: float = 80e9, weight_bytes: float = 14e9):
+def weight_bytes(m: HybridLayout) -> int:
+    """Bytes of the non-embedding weights, P · dtype bytes (Transformer 7B: 7.78B parameters, 15.57 GB in FP16).
+    Every decode step reads them once, whatever the batch; the embedding / LM head (vocabulary × d_model) is not in P."""
+    m = check_layout("m", m)
+    return int(m.params) * int(m.dtype_bytes)
+
+
+def max_batch(m: HybridLayout, L, hbm_bytes: float = 80e9, weight_bytes=None):
     """How many sequences of L tokens fit in decode memory: floor((HBM − weights) / per-sequence bytes). Returns int
-    array of L's shape."""
+    array of L's shape. weight_bytes: None = the model's own non-embedding weights (``weight_bytes(m)``)."""
     hbm = checks.positive_number("hbm_bytes", hbm_bytes)
+    if weight_bytes is None:
+        weight_bytes = globals()["weight_bytes"](m)
     if hbm <= checks.nonneg_number("weight_bytes", weight_bytes):
         raise ValueError(f"hbm_bytes ({hbm_bytes}) must exceed weight_bytes ({weight_bytes})")
     per_seq = sequence_bytes(m, L)
@@ -95,6 +104,13 @@ def max_batch(m: HybridLayout, L, hbm_bytes: float = 80e9, weight_bytes: float =
 def decode_bytes_read(m: HybridLayout, L):
     """Bytes of history one decode step reads at context L: all KV + the SSM states (weights not counted)."""
     return sequence_bytes(m, L)
+
+
+def decode_step_bytes(m: HybridLayout, L, batch: int = 1):
+    """Bytes one decode step reads for `batch` sequences of L tokens: the weights once (shared by the batch) + every
+    sequence's KV and SSM states. Divide by the batch for the bytes per generated token."""
+    batch = checks.pos_int("batch", batch)
+    return weight_bytes(m) + batch * decode_bytes_read(m, L)
 
 
 def prefill_flops(m: HybridLayout, L):

@@ -1,6 +1,6 @@
 """Exercises of notebook 03 (Marconi prefix caching): Marconi's admission and eviction plugged into the real radix
 cache and checked by the cache's decisions on fresh random traces and on edge-case traces, and the eviction score
-(Marconi §4.1-§4.2; lecture 10 §4).
+as the paper computes it (Marconi §4.1-§4.2; Lecture 10 §4.2-§4.3).
 
 Every trace runs on the 7B byte model (65,536 B of KV per token, 25,165,824 B per SSM state). The admission and
 eviction checks replay each trace twice, once with the student's function as the cache's hook and once with the
@@ -159,20 +159,22 @@ register(Exercise("03.1", "admit", admit_reference, _admit_cases, run=_run_admit
 
 
 # ------------------------------------------------------------------------------------------ 03.2 eviction score
-def eviction_score_reference(last_access, saved_flops, nbytes, alpha):
-    """(n,) normalized recency + alpha * normalized FLOPs saved per byte (0 for a node holding 0 bytes)."""
-    return eviction_scores(last_access, saved_flops, nbytes, alpha)
+def eviction_score_reference(last_access, saved_flops, nbytes, alpha, now):
+    """(n,) normalize(1 / (now - last_access)) + alpha * normalize(saved_flops / nbytes) (0 for 0 bytes): the
+    paper's score."""
+    return eviction_scores(last_access, saved_flops, nbytes, alpha, now=now)
 
 
-def _score_case(rng, name, n=None, alpha=None, zero_bytes=False, same_time=False, same_eff=False):
+def _score_case(rng, name, n=None, alpha=None, zero_bytes=False, same_time=False, same_eff=False, now_gap=None):
     n = int(rng.integers(2, 13)) if n is None else n
     t = np.full(n, float(rng.integers(0, 100))) if same_time else rng.permutation(100)[:n].astype(float)
+    now = float(t.max() + (rng.integers(1, 5) if now_gap is None else now_gap))
     nbytes = rng.uniform(1e6, 1e9, n)
     saved = nbytes * rng.uniform(5e4, 2.5e5) if same_eff else rng.uniform(1e11, 1e14, n)
     if zero_bytes:
         nbytes[int(rng.integers(n))] = 0.0
     alpha = float(rng.uniform(0.1, 3.0)) if alpha is None else alpha
-    return Case(name, (t, saved, nbytes, alpha), note=f"n={n}, alpha={alpha:.3g}")
+    return Case(name, (t, saved, nbytes, alpha, now), note=f"n={n}, alpha={alpha:.3g}, now={now:g}")
 
 
 def _score_cases(rng):
@@ -181,7 +183,8 @@ def _score_cases(rng):
                _score_case(rng, "every node used at the same time (constant recency)", same_time=True),
                _score_case(rng, "equal FLOPs per byte (constant efficiency)", same_eff=True),
                _score_case(rng, "alpha = 0 (LRU)", alpha=0.0), _score_case(rng, "one node", n=1),
-               _score_case(rng, "large alpha (100)", alpha=100.0)])
+               _score_case(rng, "large alpha (100)", alpha=100.0),
+               _score_case(rng, "now long after the last access (ages >> 1)", now_gap=50)])
 
 
 register(Exercise("03.2", "eviction_score", eviction_score_reference, _score_cases, axes={"result": ("node",)},
@@ -191,7 +194,8 @@ register(Exercise("03.2", "eviction_score", eviction_score_reference, _score_cas
 
 # ------------------------------------------------------------------------------------------ 03.3 eviction
 def evict_reference(tree, bytes_to_free, alpha):
-    """Marconi's eviction loop on a TreeView: lowest score among the nodes with <= 1 child, re-scored every round."""
+    """Marconi's eviction loop on a TreeView: the paper's score over the nodes with <= 1 child (prefix bytes,
+    recency from tree.now), the lowest goes, re-scored every round."""
     return marconi_evict(tree, bytes_to_free, alpha)
 
 
@@ -295,6 +299,16 @@ def _evict_cases(rng):
     cases.append(_evict_case("alpha = 2, FLOPs saved relative to the parent", [L, L2, M],
                              _bytes(len(L2.tokens) + len(M.tokens), 3) - n(1, 1000), 2.0,
                              f"|long| = {L.n_input}, follow-up + {L2.n_input - len(L.tokens)}, |medium| = {M.n_input}"))
+
+    # a long prefix L, a short request S, then a 300-token follow-up X of L (the most recent leaf): per byte of its
+    # whole prefix X saves least, per byte of its own edge it would beat S
+    L = Request(0, 0, _seg(rng, n(2500, 3500), 0), _seg(rng, 10, 1))
+    S = Request(1, 0, _seg(rng, n(80, 120), 2), _seg(rng, 5, 3))
+    X = Request(0, 1, np.r_[L.tokens, _seg(rng, n(240, 340), 4)], _seg(rng, 10, 5))
+    Q = Request(2, 0, _seg(rng, 50, 6), _seg(rng, 5, 7))
+    held = _bytes(len(X.tokens) + len(S.tokens) + len(Q.tokens), 4) - n(1, 1000)
+    cases.append(_evict_case("alpha = 10, a short tail under a long prefix (bytes of the whole prefix)", [L, S, X, Q],
+                             held, 10.0, f"|L| = {L.n_input}, |S| = {S.n_input}, tail {X.n_input - len(L.tokens)}"))
 
     one = Request(0, 0, _seg(rng, n(5, 50), 0), _seg(rng, n(1, 10), 1))
     cases.append(_evict_case("capacity smaller than one entry", [one, Request(1, 0, one.input_ids, _seg(rng, 3, 2))],

@@ -28,6 +28,18 @@ from hybrid_lab.ops.lightning_indexer import lightning_indexer
 from hybrid_lab.ops.sparse_attention import topk_indices
 
 
+def _mm(a, b):
+    """a @ b for 2-D float arrays, summed in a fixed order by numpy's own einsum loop (no BLAS).
+
+    The indexer's training is chaotic after a few hundred Adam steps: a last-bit difference in one step grows until
+    the final KL differs in the second digit. BLAS libraries (OpenBLAS with DYNAMIC_ARCH picks a kernel for the CPU
+    it runs on) sum the products of ``@`` in an order that depends on that kernel, so the same notebook printed
+    other numbers on another machine. ``np.einsum`` without ``optimize`` never calls BLAS: the same numpy gives the
+    same bits everywhere, at the cost of a few milliseconds per training step.
+    """
+    return np.einsum("ik,kj->ij", a, b)
+
+
 # ---------------------------------------------------------------- losses on the scores (the KL of DeepSeek-V3.2)
 def log_softmax(x, axis=-1):
     """Numerically stable log-softmax; -inf entries stay -inf (probability 0). NaN and +inf are refused."""
@@ -204,9 +216,9 @@ class LightningIndexer:
         rotated at ``q_pos`` (default: the last T positions of the S keys) and k at 0 .. S-1."""
         xq, xk = self._check_x(x_queries, "x_queries"), self._check_x(x_keys, "x_keys")
         P = self.params
-        q = (xq @ P["Wq"].reshape(self.d_model, -1)).reshape(-1, self.n_heads, self.d_index)
-        w = xq @ P["Ww"] + (P["bw"] if self.use_bias else 0.0)
-        k = xk @ P["Wk"]
+        q = _mm(xq, P["Wq"].reshape(self.d_model, -1)).reshape(-1, self.n_heads, self.d_index)
+        w = _mm(xq, P["Ww"]) + (P["bw"] if self.use_bias else 0.0)
+        k = _mm(xk, P["Wk"])
         if self.rope_dims:
             q = self._rotate(q, indexer_positions(q_pos, len(xq), len(xk)))
             k = self._rotate(k, np.arange(len(xk)))
@@ -243,23 +255,23 @@ class LightningIndexer:
         q, w, k = self.project(xq, xk, pos)
         Hi, di = self.n_heads, self.d_index
         qf = q.reshape(T * Hi, di)
-        z = (qf @ k.T).reshape(T, Hi, S)                                 # (T, Hi, S); matmuls go through BLAS
+        z = _mm(qf, k.T).reshape(T, Hi, S)                               # (T, Hi, S); fixed-order products (_mm)
         a = np.maximum(z, 0.0)
-        I = (w[:, None, :] @ a)[:, 0, :]                                 # Σ_j w[t,j] a[t,j,s]
+        I = np.einsum("tj,tjs->ts", w, a)                                # Σ_j w[t,j] a[t,j,s]
         I = np.where(np.arange(S)[None, :] <= pos[:, None], I, -np.inf)
         if stage == "dense":
             loss, dI = dense_kl_loss(I, p)
         else:
             loss, dI = sparse_kl_loss(I, p, topk_indices(I, topk))
-        dw = (a @ dI[:, :, None])[:, :, 0]                               # (T, Hi)
+        dw = np.einsum("tjs,ts->tj", a, dI)                              # (T, Hi)
         dz = (dI[:, None, :] * w[:, :, None] * (z > 0)).reshape(T * Hi, S)
-        dq = (dz @ k).reshape(T, Hi, di)
-        dk = dz.T @ qf                                                   # (S, di)
+        dq = _mm(dz, k).reshape(T, Hi, di)
+        dk = _mm(dz.T, qf)                                               # (S, di)
         if self.rope_dims:                                               # back through the rotations
             dq = self._rotate(dq, pos, -1.0)
             dk = self._rotate(dk, np.arange(S), -1.0)
-        grads = {"Wq": (xq.T @ dq.reshape(T, Hi * di)).reshape(self.d_model, Hi, di), "Ww": xq.T @ dw,
-                 "Wk": xk.T @ dk}
+        grads = {"Wq": _mm(xq.T, dq.reshape(T, Hi * di)).reshape(self.d_model, Hi, di), "Ww": _mm(xq.T, dw),
+                 "Wk": _mm(xk.T, dk)}
         if self.use_bias:
             grads["bw"] = dw.sum(axis=0)
         return loss, grads

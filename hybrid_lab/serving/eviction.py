@@ -1,12 +1,28 @@
-"""Marconi's FLOP-aware eviction score: which cached node to drop (Marconi §4.2; lecture 10 §4.3).
+"""Marconi's FLOP-aware eviction score: which cached node to drop (Marconi §4.2; Lecture 10 §4.3).
 
-Score of a cached node n, the lowest is evicted::
+Score of a candidate node n (a node with at most one child), the lowest is evicted::
 
-    S(n) = recency(n) + α · flop_efficiency(n)         both min-max normalized to [0, 1] over the current nodes
-    flop_efficiency(n) = FLOPs a hit on n saves, relative to its parent / bytes n holds (its edge's KV + its state)
+    S(n) = recency(n) + α · flop_efficiency(n)           both min-max normalized to [0, 1]
+    flop_efficiency(n) = FLOPs a hit on n saves, relative to its parent / bytes
 
-α = 0 is LRU. Why FLOPs per byte for hybrids: a Transformer's KV grows with the FLOPs it saves, so recency alone is
-enough; an SSM state has a fixed size, so a long prefix saves many more FLOPs per byte than a short one.
+α = 0 is pure recency. Why FLOPs per byte for hybrids: a Transformer's KV grows with the FLOPs it saves, so recency
+alone is enough; an SSM state has a fixed size, so a long prefix saves many more FLOPs per byte than a short one.
+
+Two variants of the score, named by :data:`SCORES` (``variant=``):
+
+- ``"paper"`` (the default; what the official Marconi simulator, ruipeterpan/marconi, computes):
+  recency = normalize(1 / (now − last_access)), a node's *age* in requests, so the few most recent nodes are far
+  apart and all old ones are close to 0; the bytes in the efficiency are those of the node's **whole prefix** (the
+  KV of every token from the root to the node + its state), and both normalizations run over the **candidates**.
+- ``"lecture"`` (this lab's earlier score, from Lecture 10 §4.3's wording "both normalized over all current nodes"):
+  recency = normalize(last_access), linear in time; the bytes are the node's **own** (its edge's KV + its state),
+  and both normalizations run over **all** nodes.
+
+The two put very different weights on the same α: with the paper's recency, every node older than a few requests
+has recency ≈ 0 and the efficiency term decides among them even at small α; with the linear one, recency spreads
+evenly over [0, 1] and an α of 1 is needed for efficiency to outweigh a sizeable gap in time. Their efficiencies
+differ too (a whole-prefix denominator grows with depth, an own-bytes one does not). So "α = 0.5" names a different
+policy in each: α tuned for one does not carry over to the other.
 
 This is the bottom of the cache policies: ``radix_cache`` imports it; the tuning of α by replay (``marconi``) sits
 above the cache.
@@ -17,7 +33,9 @@ import math
 
 import numpy as np
 
-from hybrid_lab.core.checks import finite_array, nonneg_number
+from hybrid_lab.core.checks import finite_array, finite_number, nonneg_number
+
+SCORES = ("paper", "lecture")
 
 
 def normalize(x) -> np.ndarray:
@@ -34,28 +52,44 @@ def flop_efficiency(saved_flops, nbytes) -> np.ndarray:
     return _efficiency(saved, nbytes)
 
 
-def eviction_scores(last_access, saved_flops, nbytes, alpha: float) -> np.ndarray:
+def _check_variant(variant):
+    if variant not in SCORES:
+        raise ValueError(f"variant must be one of {SCORES}, got {variant!r}")
+    return variant
+
+
+def eviction_scores(last_access, saved_flops, nbytes, alpha: float, now: float | None = None,
+                    variant: str = "paper") -> np.ndarray:
     """Marconi's score per node: normalized recency + α · normalized FLOP efficiency (the lowest is evicted first).
 
-    last_access, saved_flops, nbytes: (n,) over the current nodes (finite; FLOPs and bytes >= 0); alpha >= 0.
-    Returns (n,) float64.
+    last_access, saved_flops, nbytes: (n,) over the nodes scored (finite; FLOPs and bytes >= 0); alpha >= 0.
+    ``variant="paper"`` (default): recency = normalize(1 / (now − last_access)); ``now`` (default max(last_access)
+    + 1) must be later than every last_access. ``variant="lecture"``: recency = normalize(last_access) (``now`` is
+    not used). Which bytes and which nodes to pass differ between the variants (module docstring). Returns (n,)
+    float64.
     """
     alpha = nonneg_number("alpha", alpha)
+    _check_variant(variant)
     t = finite_array("last_access", last_access, ndim=1, shape_doc="(n,)")
     saved, nbytes = _check_pair(saved_flops, nbytes)
     if t.shape != saved.shape:
         raise ValueError(f"last_access {t.shape} and saved_flops {saved.shape} must have the same shape")
-    return node_scores(t, saved, nbytes, alpha)
+    if now is not None:
+        now = finite_number("now", now)
+    return node_scores(t, saved, nbytes, alpha, now, variant)
 
 
-def node_scores(last_access, saved_flops, nbytes, alpha: float) -> np.ndarray:
+def node_scores(last_access, saved_flops, nbytes, alpha: float, now: float | None = None,
+                variant: str = "paper") -> np.ndarray:
     """:func:`eviction_scores` for the cache's hot path (one call per eviction), checked at almost no cost: ranks,
     dtypes and lengths from the arrays' attributes; the values from the min and max that the normalizations take
     anyway, plus one min and max of nbytes. It refuses every input that would change a score (the FLOPs of a node
     that holds no bytes are not read: its efficiency is 0 by definition). last_access, saved_flops, nbytes: (n,)
-    real; alpha >= 0."""
+    real; alpha >= 0; now: later than every last_access (paper) or None."""
     if not (type(alpha) is float and 0.0 <= alpha < math.inf):       # the cache passes a checked float
         alpha = nonneg_number("alpha", alpha)
+    if variant not in SCORES:
+        _check_variant(variant)
     t, saved, nb = _vector("last_access", last_access), _vector("saved_flops", saved_flops), _vector("nbytes", nbytes)
     if not t.shape == saved.shape == nb.shape:
         raise ValueError(f"last_access {t.shape}, saved_flops {saved.shape} and nbytes {nb.shape} must have the "
@@ -72,7 +106,16 @@ def node_scores(last_access, saved_flops, nbytes, alpha: float) -> np.ndarray:
     t_lo, t_hi = t.min(), t.max()
     if not (-math.inf < t_lo and t_hi < math.inf):
         raise ValueError(f"last_access must be finite, got values in [{t_lo}, {t_hi}]")
-    recency = (t - t_lo) / (t_hi - t_lo) if t_hi > t_lo else np.zeros_like(t)
+    if variant == "paper":
+        if now is None:
+            now = t_hi + 1.0
+        elif not (now > t_hi and now < math.inf):
+            raise ValueError(f"now must be finite and later than every last_access (max {t_hi}), got {now!r}")
+        r = 1.0 / (now - t)
+        r_lo, r_hi = r.min(), r.max()
+        recency = (r - r_lo) / (r_hi - r_lo) if r_hi > r_lo else np.zeros_like(r)
+    else:
+        recency = (t - t_lo) / (t_hi - t_lo) if t_hi > t_lo else np.zeros_like(t)
     return recency + alpha * ((eff - e_lo) / (e_hi - e_lo) if e_hi > e_lo else np.zeros_like(eff))
 
 

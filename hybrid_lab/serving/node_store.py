@@ -31,6 +31,7 @@ class NodeStore:
         kv_reused     int64    tokens of the edge whose KV some hit has reused (statistics: KV reuse)
         state_reused  bool     some hit has ended on this node's state (statistics: state reuse)
         block_hash    uint64   vLLM+ only: content hash of the block, the key of its edge
+        locked        bool     in use by the request being served (its path): never evicted while set
 
     Python lists (one entry per row, ``None`` when unused)::
 
@@ -43,7 +44,7 @@ class NodeStore:
     COLUMNS = (("parent", np.int64, -1), ("end", np.int64, 0), ("edge_len", np.int64, 0),
                ("last_access", np.float64, 0.0), ("has_state", bool, False), ("n_children", np.int64, 0),
                ("alive", bool, False), ("kv_reused", np.int64, 0), ("state_reused", bool, False),
-               ("block_hash", np.uint64, 0))
+               ("block_hash", np.uint64, 0), ("locked", bool, False))
     LISTS = ("tokens", "kv", "state", "children")
 
     def __init__(self, rows: int = 64):

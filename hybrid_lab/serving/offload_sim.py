@@ -26,6 +26,7 @@ __all__ = [
     "Hardware", "H100", "A100", "ModelSpec", "MINICPM_8B", "LayerTimes", "serial_layer_time",
     "overlapped_layer_time", "layer_times", "step_time", "throughput", "gpu_bytes", "max_batch", "batch_sweep",
     "cta_sweep", "heuristic_ctas", "new_blocks", "replay_trace", "synthetic_trace", "layer_timeline", "METHODS",
+    "calibrate_selector", "reserve_bounds", "PAPER_ACCURACY", "accuracy_text",
 ]
 
 
@@ -42,6 +43,8 @@ class Hardware:
     launch_s: float = 5e-6         # fixed cost of one kernel launch / small op
     sync_s: float = 10e-6          # cross-stream event wait at the end of an overlapped layer
     cta_half: int = 16             # copy CTAs reaching half the link bandwidth (UVA loads need many in flight)
+    sel_latency_s: float = 0.0     # fixed extra latency per layer of the InfLLM-V2 selector at decode (0: roofline)
+    fsel_latency_s: float = 0.0    # the same for the Forecast selector (see ``calibrate_selector``)
 
     def __post_init__(self):
         for f in ("hbm_bw", "pcie_bw", "flops", "hbm_bytes"):
@@ -52,6 +55,8 @@ class Hardware:
         checks.nonneg_number("Hardware.launch_s", self.launch_s)
         checks.nonneg_number("Hardware.sync_s", self.sync_s)
         checks.pos_int("Hardware.cta_half", self.cta_half)      # 0 would give the full link to a single CTA
+        checks.nonneg_number("Hardware.sel_latency_s", self.sel_latency_s)
+        checks.nonneg_number("Hardware.fsel_latency_s", self.fsel_latency_s)
 
     def copy_bw(self, ctas: int) -> float:
         """Host->device bandwidth reached by `ctas` resident copy CTAs: saturating, c / (c + cta_half)."""
@@ -208,8 +213,8 @@ def layer_times(hw: Hardware, m: ModelSpec, batch: int, context: int, ctas=None,
     sel_bytes = kc_bytes + batch * m.n_q_heads * n_c * 4 * 4 + batch * m.n_kv_heads * n_b * 4 * 2
     fsel_bytes = kc_bytes + batch * m.n_kv_heads * n_c * 4 * 2 + batch * m.n_kv_heads * n_b * 4 * 2 \
         + m.d_model * m.n_kv_heads * m.d_head * m.bytes_per                 # the Forecast projection weights
-    sel = 4 * hw.launch_s + sel_bytes / hbm
-    fsel = 3 * hw.launch_s + fsel_bytes / hbm
+    sel = 4 * hw.launch_s + sel_bytes / hbm + hw.sel_latency_s
+    fsel = 3 * hw.launch_s + fsel_bytes / hbm + hw.fsel_latency_s
     # only newly selected dynamic blocks move; init and local blocks were resident at the previous step
     sel_blocks = min(m.budget_blocks, n_b)
     dyn = max(0, min(m.topk, n_b - m.n_init - m.n_local))
@@ -322,6 +327,62 @@ def cta_sweep(hw, m, context, batches=(16, 64), ctas=(8, 16, 32, 64), churn=None
     if batches.size == 0 or ctas.size == 0:
         raise ValueError(f"batches and ctas must be non-empty, got {batches.tolist()} and {ctas.tolist()}")
     return np.array([[throughput(hw, m, int(b), context, "SparDA", int(c), churn) for c in ctas] for b in batches])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what the roofline leaves out: the selectors' fixed latency, and the engine's memory beyond KV
+# ---------------------------------------------------------------------------------------------------------
+def calibrate_selector(hw: Hardware, m: ModelSpec, batch: int, context: int, sparse_tps: float,
+                       no_prefetch_tps: float) -> Hardware:
+    """A copy of `hw` whose two selectors carry the fixed per-layer latency that makes the simulator reproduce two
+    measured throughputs at one (batch, context): Sparse (offloaded, serial) and SparDA without prefetch.
+
+    The two methods differ only in the selector, and each selector runs once in every layer of a step, so each
+    latency is (measured step time - simulated step time) / n_layers, in closed form. The roofline sees only the
+    bytes a selector reads; decode selection kernels are small and latency-bound (SparDA Fig. 3: decode selection
+    time nearly flat in the length). Raises ValueError when the simulator is already slower than the measurement.
+    """
+    _hw_m(hw, m)
+    batch, context = checks.pos_int("batch", batch), checks.pos_int("context", context)
+    base = replace(hw, sel_latency_s=0.0, fsel_latency_s=0.0)
+    lat = {}
+    for name, meth, tps in (("sel_latency_s", "Sparse", sparse_tps),
+                            ("fsel_latency_s", "SparDA (no prefetch)", no_prefetch_tps)):
+        arg = "sparse_tps" if meth == "Sparse" else "no_prefetch_tps"
+        tps = checks.positive_number(arg, tps)
+        extra = (batch / tps - step_time(base, m, batch, context, meth)) / m.n_layers
+        if extra < 0:
+            raise ValueError(f"{arg}={tps} tokens/s is faster than the simulator's {meth} "
+                             f"({batch / step_time(base, m, batch, context, meth):.1f} tokens/s): no latency to add")
+        lat[name] = extra
+    return replace(base, **lat)
+
+
+def reserve_bounds(hw: Hardware, m: ModelSpec, facts) -> tuple:
+    """The range of fixed reserve (bytes beyond weights and per-sequence state) consistent with feasibility facts.
+
+    facts: iterable of (context, method, batch, fits) with fits True (the paper ran it) or False (it reported OOM).
+    A fact that fits needs reserve <= HBM - weights - batch·per_seq; an OOM needs reserve > that. Returns (lo, hi):
+    lo > hi means no single reserve explains every fact, so the real engine holds per-sequence memory that
+    ``gpu_bytes`` does not count.
+    """
+    _hw_m(hw, m)
+    if not isinstance(facts, (list, tuple)):
+        raise ValueError(f"facts must be a list of (context, method, batch, fits) tuples, got {type(facts).__name__}")
+    lo, hi = 0.0, float(hw.hbm_bytes)
+    for i, f in enumerate(facts):
+        if not (isinstance(f, (tuple, list)) and len(f) == 4 and isinstance(f[3], bool)):
+            raise ValueError(f"facts[{i}] must be (context, method, batch, fits: bool), got {f!r}")
+        ctx, meth, b, fits = f
+        if meth not in METHODS:
+            raise ValueError(f"facts[{i}] method must be one of {METHODS}, got {meth!r}")
+        per_seq = gpu_bytes(m, 1, ctx, meth) - m.weight_bytes - m.reserve_bytes
+        room = hw.hbm_bytes - m.weight_bytes - checks.pos_int(f"facts[{i}] batch", b) * per_seq
+        if fits:
+            hi = min(hi, room)
+        else:
+            lo = max(lo, room)
+    return lo, hi
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -448,3 +509,33 @@ PAPER = {
     "decode_a100_128k": {"MiniCPM b8": {"Sparse": 195.1, "SparDA": 303.3},
                          "NOSA b16": {"Sparse": 395.6, "SparDA": 526.3}},
 }
+
+# reported accuracy (SparDA Table 1, p. 7: four benchmark families and their arithmetic mean; Table 2, p. 7: RULER
+# average accuracy at longer contexts). Higher is better.
+PAPER_ACCURACY = {
+    "families": ("HELMET", "LongBench", "RULER", "Reasoning", "Avg"),
+    "table1": {"MiniCPM": {"Dense": (41.7, 44.8, 85.3, 82.3, 63.5), "Sparse": (38.9, 45.0, 78.2, 83.6, 61.4),
+                           "InfiniGen": (33.5, 45.1, 68.4, 83.7, 57.7), "SparDA": (38.3, 45.1, 78.7, 84.7, 61.7)},
+               "NOSA": {"Dense": (39.3, 42.5, 86.2, 41.6, 52.4), "Sparse": (32.2, 42.4, 72.2, 50.7, 49.4),
+                        "InfiniGen": (28.1, 41.6, 65.2, 47.6, 45.6), "SparDA": (33.4, 42.3, 73.9, 57.2, 51.7)}},
+    "lengths": (32768, 65536, 98304, 131072),
+    "table2": {"MiniCPM": {"Sparse": (86.1, 78.2, 68.7, 67.7), "SparDA": (87.6, 78.7, 70.8, 68.8)},
+               "NOSA": {"Sparse": (72.2, 56.6, 48.8, 40.7), "SparDA": (73.9, 60.5, 52.9, 45.0)}},
+}
+
+
+def accuracy_text() -> str:
+    """The reported accuracy tables as plain text: Table 1 (four families + Avg) and Table 2 (RULER by length, with
+    the SparDA - Sparse difference in points, computed from the reported values)."""
+    fam = PAPER_ACCURACY["families"]
+    out = ["reported (Table 1):   " + "  ".join(f"{f:>9}" for f in fam)]
+    for model, rows in PAPER_ACCURACY["table1"].items():
+        for meth, vals in rows.items():
+            out.append(f"  {model + ' / ' + meth:<20}" + "  ".join(f"{v:>9.1f}" for v in vals))
+    out.append("reported (Table 2, RULER): " + "  ".join(f"{L // 1024:>5}K" for L in PAPER_ACCURACY["lengths"]))
+    for model, rows in PAPER_ACCURACY["table2"].items():
+        for meth, vals in rows.items():
+            out.append(f"  {model + ' / ' + meth:<24}" + "  ".join(f"{v:>6.1f}" for v in vals))
+        diff = [b - a for a, b in zip(rows["Sparse"], rows["SparDA"])]
+        out.append(f"  {model + ' SparDA - Sparse':<24}" + "  ".join(f"{d:>+6.1f}" for d in diff) + "  (computed)")
+    return "\n".join(out)

@@ -12,27 +12,35 @@ hits the longest prefix of its input that ends at a node with a state (pure atte
 
 Serving one request, :meth:`RadixCache.serve` (Marconi §4):
 
-1. **match**: walk the input down the tree; the hit is the deepest matched node holding a state. A hit refreshes
-   only the accessed node's recency.
+1. **match**: walk the input down the tree; the hit is the deepest matched node holding a state. Marconi refreshes
+   only the accessed node's recency; SGLang+ refreshes the whole path of the request.
 2. **admit, judiciously** (Marconi §4.1). Prefix reuse comes in two kinds, and only the states that serve one of
    them are admitted, at most two per sequence:
    - *input + output* (a conversation's next turn continues from the last decoded token): after the request, the
      state at its last decoded token;
    - *pure input* (a shared system prompt, few-shot block or document), found by **speculative insertion**: if the
-     input would create a new branch node inside the tree, that branch point is a prefix several requests share,
-     and its state is checkpointed during this prefill. The price: a shared prefix hits from its 3rd occurrence.
-3. **evict** until the bytes fit (Marconi §4.2): candidates are the nodes with <= 1 child (a branch point is a
-   shared prefix and stays). The lowest score goes, S = recency + α · FLOP efficiency
-   (:mod:`hybrid_lab.serving.eviction`); α = 0 is LRU. A leaf frees its KV and state; a node with one child frees
-   only its state, and its KV merges into the child.
+     walk of the input stops where the tree continues without a state (midway along an edge, or at a state-less
+     node with children), inserting the request creates a branch there: a prefix several requests share, and its
+     state is checkpointed during this prefill. This includes an input that ends *inside* an edge (the same prompt
+     again, with a different answer: n samples per prompt, regenerations): the branch point is the input's end,
+     the output splits the edge there, and the state at the end of the prefill is saved. The price: a shared prefix
+     hits from its 3rd occurrence.
+3. **evict before admitting** (Marconi §4.2): the bytes this request adds (the KV of its new tokens and its new
+   states) are counted first, and nodes are evicted until they fit; the request's own path is locked meanwhile (a
+   server cannot drop what the running request reads). So the bytes held never exceed the capacity, not even inside
+   one request. A sequence that does not fit even in the empty cache is served and not cached.
 
 Policies (one interface: :func:`make_cache` -> an object with ``serve(request)``):
 
 - ``"vllm+"``   vLLM's block cache extended to hybrids: every full 32-token block is admitted with its KV *and* the
   SSM state at its end; LRU over blocks, tail first (:class:`BlockCache`).
-- ``"sglang+"`` Marconi's admission + LRU eviction, α = 0 (:class:`RadixCache`).
-- ``"marconi"`` Marconi's admission + FLOP-aware eviction, α > 0 (:class:`RadixCache`); α tuned by replay in
-  :mod:`hybrid_lab.serving.marconi`.
+- ``"sglang+"`` the paper's baseline: Marconi's admission, SGLang's eviction: LRU over **leaves only**, every node
+  of the request's path refreshed (:class:`RadixCache` with ``policy="sglang+"``).
+- ``"marconi"`` Marconi's admission + FLOP-aware eviction of any node with <= 1 child (:class:`RadixCache`): the
+  lowest S = recency + α · FLOP efficiency goes (:mod:`hybrid_lab.serving.eviction`). A leaf frees its KV and state;
+  a node with one child frees only its state, and its KV merges into the child. ``score="paper"`` (default) is the
+  official simulator's score, ``score="lecture"`` this lab's earlier variant (see the eviction module: α means
+  different things in the two). α tuned by replay in :mod:`hybrid_lab.serving.marconi`.
 
 Pure attention (no SSM layer): any matched prefix is a hit and eviction trims a leaf's tail only as far as needed
 (KV can be cut anywhere), so the policies nearly coincide.
@@ -55,7 +63,7 @@ import numpy as np
 
 from hybrid_lab.core.checks import finite_array, int_in, nonneg_number
 from hybrid_lab.core.progress import progress
-from hybrid_lab.serving.eviction import eviction_scores, node_scores
+from hybrid_lab.serving.eviction import SCORES, eviction_scores, node_scores
 from hybrid_lab.serving.node_store import ROOT, NodeStore
 from hybrid_lab.serving.state_models import ByteModel
 from hybrid_lab.serving.workloads import Request, token_ids, validate_trace
@@ -183,26 +191,32 @@ class PrefixCache:
 
 # ---------------------------------------------------------------------------------------------------- Marconi
 class RadixCache(PrefixCache):
-    """Token-level radix tree with Marconi's admission (§4.1) and FLOP-aware eviction (§4.2); α = 0 is LRU (SGLang+).
+    """Token-level radix tree with Marconi's admission (§4.1) and eviction (§4.2), or the SGLang+ baseline.
 
-    capacity: bytes; model: ByteModel / RealModel; alpha >= 0; policy: the name reported ("sglang+" / "marconi",
-    default from α). ``score_fn(last_access, saved_flops, nbytes, alpha) -> scores`` (lowest evicted) replaces
-    :func:`hybrid_lab.serving.eviction.eviction_scores` (the notebook's exercise).
+    capacity: bytes; model: ByteModel / RealModel; alpha >= 0 (Marconi only); policy: "marconi" (default) or
+    "sglang+" (LRU over leaves, the whole path refreshed; alpha must be 0); score: Marconi's score, "paper" (default,
+    the official simulator's) or "lecture" (this lab's earlier variant; :mod:`hybrid_lab.serving.eviction`).
+    ``score_fn(last_access, saved_flops, nbytes, alpha, now) -> scores`` (lowest evicted) replaces the paper's score
+    (:func:`hybrid_lab.serving.eviction.eviction_scores`; the notebook's exercise): it is called on the candidates
+    (nodes with <= 1 child, not locked) with the bytes of each candidate's whole prefix.
 
     Hooks (the notebook's exercises; None: the cache's own decisions, which equal these functions'):
     ``admit_fn(n_input, n_tokens, m, inside_edge, node_children, node_has_state) -> positions`` replaces Marconi's
     admission (see :func:`marconi_admission`); ``evict_fn(tree, bytes_to_free, alpha)`` replaces the eviction loop
-    (see :func:`marconi_evict`; hybrid models only, and ``score_fn`` is then not used).
+    (see :func:`marconi_evict`; Marconi on a hybrid model only, and ``score`` / ``score_fn`` are then not used).
     """
 
     def __init__(self, capacity: float, model: ByteModel | None = None, alpha: float = 0.0, score_fn=None,
-                 policy: str | None = None, admit_fn=None, evict_fn=None):
+                 policy: str | None = None, admit_fn=None, evict_fn=None, score: str = "paper"):
         super().__init__(capacity, model)
         self.alpha = alpha
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        self.score = score
         if score_fn is not None and not callable(score_fn):
-            raise ValueError(f"score_fn must be a function (last_access, saved_flops, nbytes, alpha) -> scores or "
-                             f"None, got {score_fn!r}")
-        self.score_fn = node_scores if score_fn is None else score_fn
+            raise ValueError(f"score_fn must be a function (last_access, saved_flops, nbytes, alpha, now) -> scores "
+                             f"or None, got {score_fn!r}")
+        self.score_fn = score_fn
         if admit_fn is not None and not callable(admit_fn):
             raise ValueError(f"admit_fn must be a function (n_input, n_tokens, m, inside_edge, node_children, "
                              f"node_has_state) -> positions or None, got {admit_fn!r}")
@@ -214,7 +228,14 @@ class RadixCache(PrefixCache):
         self.admit_fn, self.evict_fn = admit_fn, evict_fn
         if policy is not None and policy not in ("sglang+", "marconi"):
             raise ValueError(f"policy must be 'sglang+', 'marconi' or None, got {policy!r}")
-        self.policy = policy or ("sglang+" if self.alpha == 0 else "marconi")
+        self.policy = policy or "marconi"
+        if self.policy == "sglang+":
+            if self._alpha != 0:
+                raise ValueError(f"alpha must be 0 for policy 'sglang+' (LRU over leaves has no FLOP term), got "
+                                 f"{alpha!r}")
+            if evict_fn is not None or score_fn is not None:
+                raise ValueError("evict_fn and score_fn replace Marconi's eviction; policy 'sglang+' evicts the least "
+                                 "recently used leaf")
         self.nodes.children[ROOT] = {}
         self._flops_table = np.zeros(0)    # prefill FLOPs of every prefix length 0..L (see _prefill_flops)
 
@@ -233,7 +254,8 @@ class RadixCache(PrefixCache):
 
     # serving ---------------------------------------------------------------------------------------------------
     def serve(self, req: Request) -> int:
-        """Serve one request: match, reuse, admit (Marconi §4.1), evict (§4.2). Returns the input tokens reused."""
+        """Serve one request: match, reuse, admit (Marconi §4.1) after evicting room for it (§4.2). Returns the
+        input tokens reused."""
         self._check_request(req)
         self.clock += 1
         now = float(self.clock)
@@ -243,10 +265,10 @@ class RadixCache(PrefixCache):
         path, m, split_node, split_at = self._walk(tokens, n_in)
         hit, used = self._reuse(path, m, split_node, split_at, now)
 
-        # 2. admit (Marconi §4.1), pure-input sharing: speculative insertion finds a new branch point, if any
+        # 2. admission (Marconi §4.1): the branch point found by speculative insertion, if any, and the last token
         n = len(tokens)
         if self.admit_fn is None:
-            branch = self._speculative_insertion(path, m, split_node, n_in)
+            branch = self._speculative_insertion(path, m, split_node, n_in, n)
             positions = ([branch] if branch is not None else []) + [n]
         else:
             positions = self._admit_hook(path, m, split_node, n_in, n, hit)
@@ -255,13 +277,45 @@ class RadixCache(PrefixCache):
         if self.model.real:                              # restore + verify the hit, prefill the rest, snapshot
             final, snaps = self._run_model(tokens, hit, used, positions)
 
-        # 2. admit, input + output sharing: insert the whole sequence; states at the branch and the last token
-        added = self._insert(tokens, positions, now, final, snaps)
+        # 3. evict before admitting (Marconi §4.2), then insert the whole sequence with the admitted states
+        added = []
+        if self._make_room(tokens, positions, n - m):
+            added, last = self._insert(tokens, positions, now, final, snaps)
+            if self.policy == "sglang+":                 # SGLang: every node of the request's path is refreshed
+                self._touch_path(last, now)
         self._record(req, n_in, hit, branch, added)
-
-        # 3. evict until the cache fits (Marconi §4.2)
-        self._evict_until(self.capacity)
         return hit
+
+    def _make_room(self, tokens, positions, new_max) -> bool:
+        """Evict until the bytes this request adds fit (its own path locked); False if the sequence cannot fit even
+        in an empty cache (it is then not cached). ``new_max``: an upper bound of its new tokens."""
+        cap, kvb, sb = self.capacity + 1e-6, float(self.kv_bytes_per_token), float(self.state_bytes)
+        k = len(set(positions))
+        if self.bytes_held + new_max * kvb + k * sb <= cap:      # fits even if nothing more were shared: no walk
+            return True
+        nodes = self.nodes
+        path, M, split_node, _ = self._walk(tokens, len(tokens))
+        have = {int(nodes.end[c]) for c in path if nodes.has_state[c]}
+        need = (len(tokens) - M) * kvb + sum(1 for p in set(positions) if p not in have) * sb
+        if self.bytes_held + need <= cap:
+            return True
+        lock = path + ([split_node] if split_node >= 0 else [])
+        nodes.locked[lock] = True
+        try:
+            self._evict_until(self.capacity - need)
+        finally:
+            nodes.locked[lock] = False
+        if self.bytes_held + need <= cap:
+            return True
+        full = len(tokens) * kvb + k * sb                    # the request's own path must go too
+        self._evict_until(self.capacity - full)
+        return self.bytes_held + full <= cap
+
+    def _touch_path(self, node, now):
+        nodes = self.nodes
+        while node != ROOT:
+            nodes.last_access[node] = now
+            node = int(nodes.parent[node])
 
     def match(self, tokens) -> int:
         """Tokens a request with this input would reuse now (no side effects). tokens: (L,) token ids."""
@@ -328,14 +382,16 @@ class RadixCache(PrefixCache):
         return hit, used
 
     # 2. admit ----------------------------------------------------------------------------------------------
-    def _speculative_insertion(self, path, m, split_node, n_in):
-        """The position where this input would create a new branch node inside the tree, or None. A branch point
-        is a prefix several requests share (a system prompt, a document): its state is checkpointed during this
-        prefill, so the prefix hits from its 3rd occurrence on (Marconi §4.1)."""
-        if not 0 < m < n_in:
+    def _speculative_insertion(self, path, m, split_node, n_in, n):
+        """The position where inserting this request creates a new branch node inside the tree, or None. A branch
+        point is a prefix several requests share (a system prompt, a document, the same prompt sampled again): its
+        state is checkpointed during this prefill, so the prefix hits from its 3rd occurrence on (Marconi §4.1).
+        The input may end there (m = n_input): then the output splits the edge, and the checkpoint is the state at
+        the end of the prefill."""
+        if not 0 < m <= n_in or m == n:
             return None
         if split_node >= 0:
-            return m                                     # the input leaves an edge midway: a new node at m
+            return m                                     # the walk stops midway along an edge: a new node at m
         last = path[-1] if path else ROOT
         if path and not self.nodes.has_state[last] and self.nodes.n_children[last] >= 1:
             return m                                     # a state-less split point becomes a branch
@@ -390,7 +446,7 @@ class RadixCache(PrefixCache):
                    else self._add_state(node, now, snaps=snaps, pos=target))
             if new:
                 added.append(target)
-        return added
+        return added, node
 
     def _new_leaf(self, parent, tokens, pos, now, final, stop=None) -> int:
         """A new leaf under ``parent`` holding tokens[pos:stop] (default: to the end; and their KV); returns its id."""
@@ -451,18 +507,24 @@ class RadixCache(PrefixCache):
         return True
 
     # 3. evict ----------------------------------------------------------------------------------------------
+    def _n_evictable(self) -> int:
+        ids = self.nodes.live()
+        return int((~self.nodes.locked[ids]).sum())
+
     def _evict_until(self, limit):
         if self.evict_fn is not None:
-            if self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
+            if self.bytes_held > limit + 1e-6 and self._n_evictable() > 0:
                 need = self.bytes_held - limit
                 self.evict_fn(TreeView(self), need, self._alpha)
-                if self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
+                if self.bytes_held > limit + 1e-6 and self._n_evictable() > 0:
                     raise ValueError(f"evict_fn freed {need - (self.bytes_held - limit):.0f} of the {need:.0f} bytes "
                                      f"to free: evict until at least bytes_to_free bytes are freed (or the tree is "
                                      f"empty)")
             return
         while self.bytes_held > limit + 1e-6 and self.n_nodes > 0:
             v = self._pick_victim()
+            if v is None:                                # only the request's own (locked) path is left
+                return
             if not self.model.needs_state and self.nodes.n_children[v] == 0 and self.kv_bytes_per_token > 0:
                 # pure attention: KV can be cut anywhere, so a leaf only loses as many tail tokens as needed
                 cut = int(np.ceil((self.bytes_held - limit) / self.kv_bytes_per_token - 1e-9))
@@ -471,27 +533,47 @@ class RadixCache(PrefixCache):
                     continue
             self._evict(v)
 
-    def _pick_victim(self) -> int:
-        """The candidate (<= 1 child) with the lowest score; ties go to the deeper node, then the lower id."""
+    def _pick_victim(self):
+        """The node to evict next, None if every node is locked. SGLang+: the least recently used leaf. Marconi: the
+        candidate (<= 1 child) with the lowest score. Ties go to the deeper node, then the lower id."""
         nodes = self.nodes
         idx = nodes.live()
-        cand = nodes.n_children[idx] <= 1
-        t, end, edge_len = nodes.last_access[idx], nodes.end[idx], nodes.edge_len[idx]
-        saved = self._prefill_flops(end) - self._prefill_flops(end - edge_len)   # relative to the parent
-        nbytes = edge_len * float(self.kv_bytes_per_token) + nodes.has_state[idx] * float(self.state_bytes)
-        score = np.asarray(self.score_fn(t, saved, nbytes, self._alpha), dtype=np.float64)
-        if score.shape != idx.shape:
-            raise ValueError(f"score_fn must return one score per node, shape {idx.shape}, got {score.shape}")
-        sc = score[cand]
-        if not np.isfinite(sc).all():
-            raise ValueError(f"score_fn must return finite scores, got {sc[~np.isfinite(sc)][0]}")
-        ci = idx[cand]
+        idx = idx[~nodes.locked[idx]]
+        if not idx.size:
+            return None
+        nch = nodes.n_children[idx]
+        if self.policy == "sglang+":
+            ci = idx[nch == 0]
+            sc = t_c = nodes.last_access[ci]
+        else:
+            if self.score == "lecture":                  # scored over every node, own bytes, linear recency
+                scored, cand = idx, nch <= 1
+            else:                                        # the paper's: scored over the candidates, prefix bytes
+                scored = idx[nch <= 1]
+                cand = np.ones(len(scored), bool)
+            t, end, edge_len = nodes.last_access[scored], nodes.end[scored], nodes.edge_len[scored]
+            saved = self._prefill_flops(end) - self._prefill_flops(end - edge_len)   # relative to the parent
+            own = edge_len if self.score == "lecture" else end
+            nbytes = own * float(self.kv_bytes_per_token) + nodes.has_state[scored] * float(self.state_bytes)
+            now = float(self.clock + 1)
+            if self.score_fn is None:
+                score = node_scores(t, saved, nbytes, self._alpha, now, self.score)
+            else:
+                score = np.asarray(self.score_fn(t, saved, nbytes, self._alpha, now), dtype=np.float64)
+                if score.shape != scored.shape:
+                    raise ValueError(f"score_fn must return one score per node, shape {scored.shape}, got "
+                                     f"{score.shape}")
+            sc, ci, t_c = score[cand], scored[cand], t[cand]
+            if not np.isfinite(sc).all():
+                raise ValueError(f"score_fn must return finite scores, got {sc[~np.isfinite(sc)][0]}")
+        if not ci.size:
+            return None
         best = sc.min()
         ties = ci[sc <= best + 1e-12 * max(1.0, abs(best))]
         v = int(ties[np.argmax(nodes.end[ties])]) if ties.size > 1 else int(ties[0])
         if self.eviction_log is not None:
             self.eviction_log.append(dict(node=v, nchild=int(nodes.n_children[v]), t=float(nodes.last_access[v]),
-                                          min_t=float(t[cand].min()), clock=self.clock))
+                                          min_t=float(t_c.min()), clock=self.clock))
         return v
 
     def _prefill_flops(self, lengths):
@@ -526,7 +608,7 @@ class RadixCache(PrefixCache):
         nodes.free(v)
         # a hybrid hit needs a state: a state-less node that is now a leaf is dead weight; with one child it is
         # just a split point, so compress the path.
-        if p != ROOT and self.model.needs_state and not nodes.has_state[p]:
+        if p != ROOT and self.model.needs_state and not nodes.has_state[p] and not nodes.locked[p]:
             if nodes.n_children[p] == 0:
                 self._evict(p)
             elif nodes.n_children[p] == 1:
@@ -584,26 +666,30 @@ def marconi_admission(n_input: int, n_tokens: int, m: int, inside_edge: bool, no
     """Marconi's admission (§4.1) for one request: the positions where the cache saves SSM states while serving it.
 
     The walk of the request's input (``n_input`` tokens) down the tree matched ``m`` tokens and stopped either midway
-    along an edge (``inside_edge``: inserting the input would split the edge there) or exactly at the end of a node
+    along an edge (``inside_edge``: inserting the request splits the edge there) or exactly at the end of a node
     (the root when m = 0) with ``node_children`` children, holding a state or not (``node_has_state``); inside an
     edge there is no node at m yet (0, False). The request's sequence, input + output, has ``n_tokens`` tokens.
 
-    Speculative insertion: if inserting the input creates a new branch node (a split inside an edge, or one more
-    child for a node that has children) at a position 0 < m < n_input that holds no state, that is a prefix several
-    requests share: checkpoint it (pure-input sharing). Then the state at the last decoded token, n_tokens (input +
-    output sharing). Returns the ascending list of positions; the cache skips those where it already holds a state.
+    Speculative insertion: if the walk stops at 0 < m <= n_input where the tree goes on without a state (inside an
+    edge, or at a state-less node that has children), inserting the request creates a new branch node there: a
+    prefix several requests share. Checkpoint it (pure-input sharing). m = n_input counts too: the same prompt again
+    with another answer (n samples per prompt, a regeneration) branches where the input ends. Then the state at the
+    last decoded token, n_tokens (input + output sharing). Returns the ascending list of positions; the cache skips
+    those where it already holds a state.
     """
-    branch = 0 < m < n_input and (inside_edge or (node_children >= 1 and not node_has_state))
+    branch = 0 < m <= n_input and m < n_tokens and (inside_edge or (node_children >= 1 and not node_has_state))
     return ([m] if branch else []) + [n_tokens]
 
 
 class TreeView:
     """What an eviction function (``RadixCache(evict_fn=...)``, :func:`marconi_evict`) sees of the tree.
 
-    Columns over the live nodes, root excluded, ids ascending (arrays (n,), fresh copies, read again after every
-    :meth:`evict`): ``ids``, ``last_access`` (clock of the last request that used the node), ``end`` (prefix length
-    at the node), ``edge_len`` (tokens on the edge from its parent: the KV it holds), ``has_state``, ``n_children``.
-    ``kv_bytes_per_token``, ``state_bytes``: the model's sizes; ``flops(L)``: prefill FLOPs of prefixes of L tokens.
+    Columns over the nodes it may evict (the live nodes, root excluded, minus the path of the request being served,
+    which is locked), ids ascending (arrays (n,), fresh copies, read again after every :meth:`evict`): ``ids``,
+    ``last_access`` (clock of the last request that used the node), ``end`` (prefix length at the node), ``edge_len``
+    (tokens on the edge from its parent: the KV it holds), ``has_state``, ``n_children``. ``now``: the eviction's
+    time, later than every ``last_access`` (the current request's clock + 1). ``kv_bytes_per_token``,
+    ``state_bytes``: the model's sizes; ``flops(L)``: prefill FLOPs of prefixes of L tokens.
     ``evict(node_id)`` drops a node with at most one child and returns the bytes freed: a leaf frees its KV and its
     state, a node with one child frees only its state (its KV merges into the child); a parent left without a state
     and without children (or with one child) goes with it.
@@ -613,6 +699,7 @@ class TreeView:
         self._cache = cache
         self.kv_bytes_per_token = cache.kv_bytes_per_token
         self.state_bytes = cache.state_bytes
+        self.now = float(cache.clock + 1)
         self._ids = None
 
     def __len__(self) -> int:
@@ -624,7 +711,8 @@ class TreeView:
     @property
     def ids(self) -> np.ndarray:
         if self._ids is None:
-            self._ids = self._cache.nodes.live()
+            ids = self._cache.nodes.live()
+            self._ids = ids[~self._cache.nodes.locked[ids]]
         return self._ids.copy()
 
     @property
@@ -666,6 +754,8 @@ class TreeView:
         if nc > 1:
             raise ValueError(f"tree.evict({v}): node {v} has {nc} children; a branch point (a prefix several "
                              f"requests share) is never evicted")
+        if nodes.locked[v]:
+            raise ValueError(f"tree.evict({v}): node {v} is on the path of the request being served (locked)")
         entry = {"node": v, "nchild": nc, "t": float(nodes.last_access[v]), "end": int(nodes.end[v]),
                  "edge_len": int(nodes.edge_len[v]), "clock": c.clock}
         before = c.bytes_held
@@ -677,26 +767,27 @@ class TreeView:
 
 
 def marconi_evict(tree: TreeView, bytes_to_free: float, alpha: float) -> None:
-    """Marconi's eviction (§4.2): drop nodes until at least ``bytes_to_free`` bytes are freed (or the tree is empty).
+    """Marconi's eviction (§4.2), the paper's score: drop nodes until at least ``bytes_to_free`` bytes are freed (or
+    the tree is empty).
 
-    Each round scores every node of the tree as it is now, S = recency + α · FLOP efficiency (both min-max
-    normalized over all nodes, :func:`hybrid_lab.serving.eviction.eviction_scores`), with FLOPs saved relative to
-    the parent (F(end) - F(end - edge_len)) and bytes held (edge KV + the state, if any), and evicts the candidate
-    (at most one child) with the lowest score. Ties (within 1e-12 · max(1, |lowest|)) go to the deeper node (larger
+    Each round takes the candidates of the tree as it is now (nodes with at most one child) and scores them,
+    S = normalize(1 / (now − last_access)) + α · normalize(FLOP efficiency), both normalized over the candidates
+    (:func:`hybrid_lab.serving.eviction.eviction_scores`), with FLOPs saved relative to the parent
+    (F(end) − F(end − edge_len)) over the bytes of the node's whole prefix (end tokens of KV + its state, if any). The
+    candidate with the lowest score goes. Ties (within 1e-12 · max(1, |lowest|)) go to the deeper node (larger
     ``end``), then to the lower id. Scores are recomputed after every eviction: the tree has changed (a parent may
     have become a candidate, a child has absorbed its parent's KV, the normalization's range moved).
     """
     freed = 0.0
     while freed < bytes_to_free and len(tree):
-        end, edge = tree.end, tree.edge_len
-        saved = tree.flops(end) - tree.flops(end - edge)
-        nbytes = edge * float(tree.kv_bytes_per_token) + tree.has_state * float(tree.state_bytes)
-        score = eviction_scores(tree.last_access, saved, nbytes, alpha)
         cand = np.flatnonzero(tree.n_children <= 1)
-        sc = score[cand]
+        end, edge = tree.end[cand], tree.edge_len[cand]
+        saved = tree.flops(end) - tree.flops(end - edge)
+        nbytes = end * float(tree.kv_bytes_per_token) + tree.has_state[cand] * float(tree.state_bytes)
+        sc = eviction_scores(tree.last_access[cand], saved, nbytes, alpha, now=tree.now)
         best = sc.min()
         ties = cand[sc <= best + 1e-12 * max(1.0, abs(best))]
-        freed += tree.evict(tree.ids[ties[np.argmax(end[ties])]])
+        freed += tree.evict(tree.ids[ties[np.argmax(tree.end[ties])]])
 
 
 # ---------------------------------------------------------------------------------------------------- vLLM+ blocks
@@ -753,8 +844,9 @@ class BlockCache(PrefixCache):
         return len(self._walk(self._hashes(tokens, nb))) * self.block if nb else 0
 
     def serve(self, req: Request) -> int:
-        """Serve one request: reuse the longest chain of cached blocks (whole blocks of the input), admit every new
-        full block with its state, evict LRU blocks. Returns the input tokens reused."""
+        """Serve one request: reuse the longest chain of cached blocks (whole blocks of the input), evict LRU blocks
+        to make room, admit every new full block with its state (as many as fit, from the first). Returns the input
+        tokens reused."""
         self._check_request(req)
         self.clock += 1
         now = float(self.clock)
@@ -775,6 +867,7 @@ class BlockCache(PrefixCache):
             if hb and not nodes.state_reused[path[hb - 1]]:
                 nodes.state_reused[path[hb - 1]] = True
                 self.stats["states_reused"] += 1
+        nb = len(path) + self._make_room(nb - len(path), path)    # evict before admitting; the path is in use
         final = snaps = None
         if self.model.real and nb > len(path):
             final, snaps = self._run_model(tokens, hit, path[:hb], [(i + 1) * B for i in range(len(path), nb)])
@@ -782,8 +875,20 @@ class BlockCache(PrefixCache):
             self.model.check_hit(self._restore(path[:hb], hit), tokens, hit, self.policy)
         added = self._admit(tokens, path, h, nb, now, final, snaps)
         self._record(req, n_in, hit, None, added)
-        self._evict_until(self.capacity)
         return hit
+
+    def _make_room(self, k, path) -> int:
+        """Evict LRU blocks (not those of ``path``) until ``k`` new blocks fit; returns how many fit (<= k)."""
+        bb = float(self.block * self.kv_bytes_per_token + self.state_bytes)
+        if k == 0 or bb == 0 or self.bytes_held + k * bb <= self.capacity + 1e-6:
+            return k
+        nodes = self.nodes
+        nodes.locked[path] = True
+        try:
+            self._evict_until(self.capacity - k * bb)
+        finally:
+            nodes.locked[path] = False
+        return min(k, int(np.floor((self.capacity - self.bytes_held) / bb + 1e-9)))
 
     def _admit(self, tokens, path, h, nb, now, final, snaps):
         """Admit the blocks after ``path``, each with the state at its end (vectorized: a block is one row, its
@@ -801,10 +906,10 @@ class BlockCache(PrefixCache):
             nodes.edge_len[ids] = B
             nodes.last_access[ids] = now
             nodes.has_state[ids] = True
-            nodes.block_hash[ids] = h[i0:]
+            nodes.block_hash[ids] = h[i0:nb]
             nodes.n_children[ids[:-1]] = 1
             nodes.n_children[node] += 1
-            self.chain.update(zip(zip(par.tolist(), h[i0:].tolist()), ids.tolist()))
+            self.chain.update(zip(zip(par.tolist(), h[i0:nb].tolist()), ids.tolist()))
             seq = nodes.tokens
             for i in ids.tolist():
                 seq[i] = tokens
@@ -826,6 +931,7 @@ class BlockCache(PrefixCache):
         nodes = self.nodes
         bb = float(self.block * self.kv_bytes_per_token + self.state_bytes)
         idx = nodes.live()
+        idx = idx[~nodes.locked[idx]]
         # Children are never older than their parent (a use touches the whole path), so this global order
         # (oldest first, deeper first on ties) only ever reaches a block after all its descendants: it is exactly
         # the order of repeatedly evicting the least recently used leaf.
@@ -865,24 +971,28 @@ class BlockCache(PrefixCache):
 
 # ---------------------------------------------------------------------------------------------------- one interface
 def make_cache(policy: str, capacity: float, model: ByteModel | None = None, alpha: float = 0.0, block: int = 32,
-               score_fn=None) -> PrefixCache:
-    """A cache for ``policy`` in ("vllm+", "sglang+", "marconi"). capacity: bytes >= 0; ``alpha`` >= 0 is used by
-    "marconi" only, ``block`` (tokens) by "vllm+" only, ``score_fn`` by the radix policies."""
+               score_fn=None, score: str = "paper") -> PrefixCache:
+    """A cache for ``policy`` in ("vllm+", "sglang+", "marconi"). capacity: bytes >= 0; ``alpha`` >= 0, ``score``
+    ("paper" / "lecture") and ``score_fn`` are used by "marconi" only, ``block`` (tokens) by "vllm+" only."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     nonneg_number("alpha", alpha)
     check_block(block)
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     if policy == "vllm+":
         return BlockCache(capacity, model, block=block)
     if policy == "sglang+":
-        return RadixCache(capacity, model, alpha=0.0, score_fn=score_fn, policy="sglang+")
-    return RadixCache(capacity, model, alpha=alpha, score_fn=score_fn, policy="marconi")
+        return RadixCache(capacity, model, policy="sglang+")
+    return RadixCache(capacity, model, alpha=alpha, score_fn=score_fn, policy="marconi", score=score)
 
 
 # ---------------------------------------------------------------------------------------------------- results
 @dataclass
 class SimResult:
     """Per-request hits plus the cache's counters. ``token_hit_rate`` = reused input tokens / input tokens.
+    ``alpha``: the α the eviction applied (with α tuned online: the tuned α if any request was served with it,
+    else the α of the bootstrap phase, 0).
 
     n_input, hit: (R,) tokens per request; flops_total, flops_saved: (R,) prefill FLOPs of the input and of the hit.
     """
@@ -898,8 +1008,9 @@ class SimResult:
     alpha_scores: dict = field(default_factory=dict)
 
     @classmethod
-    def from_run(cls, cache: PrefixCache, trace, hits, alpha_scores=None) -> "SimResult":
-        """The result of serving ``trace`` with ``cache``: hits[i] tokens reused by trace[i]."""
+    def from_run(cls, cache: PrefixCache, trace, hits, alpha_scores=None, alpha=None) -> "SimResult":
+        """The result of serving ``trace`` with ``cache``: hits[i] tokens reused by trace[i]. ``alpha``: the α
+        to report (default: the cache's), the one that was applied."""
         if not isinstance(cache, PrefixCache):
             raise ValueError(f"cache must be a RadixCache or BlockCache, got {type(cache).__name__}")
         n_in = np.array([r.n_input for r in trace], np.int64)
@@ -907,7 +1018,8 @@ class SimResult:
         if hits.shape != n_in.shape or hits.dtype.kind not in "iu" or (hits < 0).any() or (hits > n_in).any():
             raise ValueError(f"hits must be ({len(n_in)},) integers in [0, n_input], got shape {hits.shape}")
         fl = cache.model.flops
-        return cls(cache.policy, cache.capacity, float(getattr(cache, "alpha", 0.0)), n_in, hits,
+        alpha = float(getattr(cache, "alpha", 0.0)) if alpha is None else float(alpha)
+        return cls(cache.policy, cache.capacity, alpha, n_in, hits,
                    fl(n_in), fl(hits), dict(cache.stats), alpha_scores or {})
 
     @property

@@ -4,7 +4,8 @@ Marconi sorts prefix reuse into two kinds, and the generators produce both:
 
 - input + output sharing: multi-turn chat (LMSys / ShareGPT-like lengths) and agent trajectories (SWE-bench-like,
   a wide spread of lengths): turn k's input is turn k-1's input + output + a new user message / tool result;
-- pure-input sharing: many requests start with the same system prompt, few-shot block or long document.
+- pure-input sharing: many requests start with the same system prompt, few-shot block or long document; or the
+  very same prompt is sampled several times (n samples per prompt, regenerations: :func:`regeneration_trace`).
 
 A trace is plain data: a list of :class:`Request` (session, turn, input token ids, output token ids), saved and
 loaded as JSONL so a trace can be replayed exactly. Only the lengths resemble the real datasets; the token ids are
@@ -307,6 +308,33 @@ def shared_prefix_trace(n_requests: int = 1000, seed: int = 0, vocab: int = 3200
         seq = np.concatenate([inp, out]).astype(np.int32)
         trace.append(Request.from_tokens(s, turn, seq, len(inp)))
         last[s] = (seq, turn + 1)
+    return validate_trace(trace)
+
+
+def regeneration_trace(n_prompts: int = 100, samples: int = 4, seed: int = 0, vocab: int = 32000,
+                       prompt_median: int = 1000, output_median: int = 200, system_prompt_len: int = 0) -> list:
+    """n samples per prompt, or regenerations (pure-input sharing with an identical input): each of ``n_prompts``
+    prompts is sent ``samples`` times in a row, each time with a different output, every sample its own session.
+
+    The input of a repeated sample ends inside the edge that the first sample's input + output inserted, so the
+    cache only hits if the branch the new output creates at the input's end gets a state (Marconi §4.1's speculative
+    insertion; Lecture 10 §4.2): then samples 3, 4, ... of a prompt reuse the whole input. Prompt and output lengths
+    are lognormal around ``prompt_median`` and ``output_median`` tokens (>= 1); ``system_prompt_len`` > 0 puts one
+    shared system prompt in front of every prompt.
+    """
+    n_prompts, samples = pos_int("n_prompts", n_prompts), pos_int("samples", samples)
+    seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 1, MAX_VOCAB)
+    prompt_median, output_median = pos_int("prompt_median", prompt_median), pos_int("output_median", output_median)
+    system_prompt_len = nonneg_int("system_prompt_len", system_prompt_len)
+    rng = np.random.default_rng(seed)
+    system = _tokens(rng, system_prompt_len, vocab)
+    trace = []
+    for p in range(n_prompts):
+        prompt = np.concatenate([system, _tokens(rng, _lognormal_len(rng, prompt_median, 0.5, 1, 20 * prompt_median),
+                                                 vocab)]).astype(np.int32)
+        for k in range(samples):
+            out = _tokens(rng, _lognormal_len(rng, output_median, 0.5, 1, 20 * output_median), vocab)
+            trace.append(Request(p * samples + k, 0, prompt, out))
     return validate_trace(trace)
 
 

@@ -6,9 +6,11 @@ layers, partial RoPE, MQA; it answers every needle). For each layer, DSA's recip
 1. **Dense warm-up.** The model stays dense and frozen. The indexer reads the layer's input hidden state (after its
    RMSNorm) and is trained by KL to the layer's attention, summed over heads and L1-normalized:
    ``Σ_t KL(p[t, :] || softmax(I[t, :]))`` (:mod:`hybrid_lab.models.lightning_indexer`).
-2. **Sparse stage.** The KL restricted to the indexer's own top-k set (``stage="sparse"``). The report also
-   fine-tunes the main model under top-k attention in this stage; here the model stays frozen (said where results
-   are printed).
+2. **Sparse stage.** The KL restricted to the indexer's own top-k set (``stage="sparse"``), two ways:
+   the model frozen (:func:`train_layer_indexers`), and as the report does it (:func:`finetune_sparse`): every
+   attention layer reads only the indexer's top-k, the main model is fine-tuned briefly on the task loss (torch twin,
+   the selection recomputed from the current weights every step), and the indexer, whose input is detached, keeps
+   learning the KL to the fine-tuned model's attention.
 
 Then every attention layer reads only k positions per query, chosen by a *selector*: the oracle (the layer's own
 top-k attention mass, what the indexer imitates), the trained indexer (after stage 1, after stage 2), an untrained
@@ -18,6 +20,7 @@ selector it is exactly the dense forward (a test checks it against ``Stack.forwa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import platform
 import time
@@ -34,8 +37,8 @@ from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 from hybrid_lab.trained import store, tasks
 
 __all__ = ["layer_qkv", "layer_attention", "sparse_forward", "oracle_selector", "indexer_selector", "random_selector",
-           "train_layer_indexers", "indexer_recall", "attention_entropy_rows", "evaluate_selectors", "run_experiment",
-           "load_indexers", "KS", "SELECTORS"]
+           "train_layer_indexers", "selection_masks", "finetune_sparse", "indexer_recall", "attention_entropy_rows", "evaluate_selectors", "run_experiment",
+           "load_indexers", "KS", "SELECTORS", "FT"]
 
 
 def _dense_stack(model):
@@ -224,6 +227,88 @@ def train_layer_indexers(model, train_tokens, steps: int = 300, lr: float = 3e-3
     return indexers, {"loss": losses}
 
 
+def selection_masks(model, tokens, indexers: list, k: int) -> tuple:
+    """The indexer top-k selection of each layer in the sparse forward of ``tokens`` (N, T): returns (masks
+    (N, n_layers, T, T) bool, True = read, always within the causal mask; captures [per sequence: the per-layer
+    {"x", "probs"} of :func:`sparse_forward`]). Layer i's selection is computed from its input in the SPARSE forward
+    (the layers below already read sparsely), as DSA runs it."""
+    model = _dense_stack(model)
+    indexers = _indexer_list(indexers, model)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    k = checks.pos_int("k", k)
+    N, T = toks.shape
+    masks = np.zeros((N, model.cfg.n_layers, T, T), bool)
+    caps = []
+    pick = indexer_selector(indexers, k)
+    rows = np.arange(T)[:, None]
+    for n, row in enumerate(toks):
+        def select(i, x, probs, n=n):
+            idx = pick(i, x, probs)[:, 0]                                   # (T, k), -1 padded
+            masks[n, i][np.broadcast_to(rows, idx.shape)[idx >= 0], idx[idx >= 0]] = True
+            return idx[:, None, :]
+        cap: list = []
+        sparse_forward(model, row, select, capture=cap)
+        caps.append(cap)
+    return masks, caps
+
+
+def finetune_sparse(model, indexers: list, steps: int = 100, k: int = 8, batch: int = 8, lr: float = 3e-4,
+                    lr_indexer: float = 3e-3, seed: int = 0, show_progress: bool = False) -> tuple:
+    """DSA's sparse stage with the main model fine-tuned (DeepSeek-V3.2 report §2.1): each step, on ``batch`` fresh
+    training sequences (tasks.mix, seeds 70000 + ...), every attention layer reads only the top-``k`` positions of its
+    indexer (computed from the current weights), the model takes one AdamW step on the task loss (cross-entropy on
+    the answer positions, as in training; torch twin, clip 1.0) and each indexer one Adam step on the sparse KL to the
+    model's attention at its (detached) input. The model and ``indexers`` are copied, not changed.
+    Returns (fine-tuned numpy Stack (float32), indexers, {"loss": (steps,) task loss, "kl": (steps, n_layers)}).
+    """
+    import torch
+
+    from hybrid_lab.core.progress import progress
+    from hybrid_lab.trained.torch_stack import TorchStack
+
+    model = _dense_stack(model)
+    indexers = copy.deepcopy(_indexer_list(indexers, model))
+    steps, k, batch = checks.pos_int("steps", steps), checks.pos_int("k", k), checks.pos_int("batch", batch)
+    lr, lr_indexer = checks.positive_number("lr", lr), checks.positive_number("lr_indexer", lr_indexer)
+    seed = checks.nonneg_int("seed", seed)
+    torch.manual_seed(seed)
+    cfg = dataclasses.replace(model.cfg, dtype="float32")
+    net = TorchStack(cfg, {n: np.asarray(a, np.float32) for n, a in model.weights.items()})
+    decay = [p for p in net.parameters() if p.ndim >= 2]
+    rest = [p for p in net.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=lr,
+                            betas=(0.9, 0.95))
+    opts = [Adam(ix.params, lr=lr_indexer) for ix in indexers]
+    L = cfg.n_layers
+    losses, kls = np.zeros(steps), np.zeros((steps, L))
+    it = progress(range(steps), desc="sparse stage (model + indexers)") if show_progress else range(steps)
+    for step in it:
+        b = tasks.mix(batch, 128, seed=70_000 + seed * 10_000 + step, n_local=4)
+        cur = Stack(cfg, net.numpy_weights())
+        masks, caps = selection_masks(cur, b.tokens, indexers, k)
+        T = b.tokens.shape[1]
+        for i, (ix, o) in enumerate(zip(indexers, opts)):            # the indexers: KL on their own top-k
+            total = None
+            for cap in caps:
+                s = cap[i]["probs"].sum(axis=1)
+                loss, g = ix.loss_and_grads(cap[i]["x"], cap[i]["x"], s / s.sum(axis=-1, keepdims=True),
+                                            np.arange(T), "sparse", k)
+                kls[step, i] += loss / T / len(caps)
+                total = g if total is None else {n: total[n] + g[n] for n in g}
+            total = {n: v / len(caps) for n, v in total.items()}
+            clip_grad_norm(total, 1.0)
+            o.step(total)
+        logits = net(torch.as_tensor(b.tokens), [torch.as_tensor(masks[:, i]) for i in range(L)])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 torch.as_tensor(b.targets).reshape(-1), ignore_index=-1)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        losses[step] = float(loss.detach())
+    return Stack(cfg, net.numpy_weights()), indexers, {"loss": losses, "kl": kls}
+
+
 def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
     """Per layer: mean fraction of the oracle top-k (attention mass) the indexer's top-k finds, over the
     sequences ``tokens`` (N, T), queries with at least k visible positions only. Returns (n_layers,)."""
@@ -245,6 +330,7 @@ def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------- the experiment
 KS = (2, 4, 8, 16)
+FT = "indexer stage 2, model fine-tuned"           # the report's sparse stage (finetune_sparse), in results
 SELECTORS = ("oracle", "indexer stage 1", "indexer stage 2", "untrained indexer", "random")
 
 
@@ -318,7 +404,7 @@ def run_experiment(out, seeds=(0, 1, 2), quick: bool = False, command: str = "")
         raise ValueError(f"quick must be True or False, got {quick!r}")
     if not isinstance(command, str):
         raise ValueError(f"command must be a str (recorded in the meta), got {type(command).__name__}")
-    steps1, steps2, n_train, n_eval = (40, 20, 8, 8) if quick else (800, 300, 64, 64)
+    steps1, steps2, steps3, n_train, n_eval = (40, 20, 2, 8, 8) if quick else (800, 300, 100, 64, 64)
     metas = []
     for seed in seeds:
         t0 = time.time()
@@ -330,31 +416,46 @@ def run_experiment(out, seeds=(0, 1, 2), quick: bool = False, command: str = "")
         st1, log1 = train_layer_indexers(model, tr, steps=steps1, lr=1e-2, seed=seed)
         st2, log2 = train_layer_indexers(model, tr, steps=steps2, lr=3e-3, stage="sparse", topk=8,
                                          indexers=copy.deepcopy(st1))
+        ft, st2ft, log3 = finetune_sparse(model, st1, steps=steps3, k=8, batch=2 if quick else 8, seed=seed)
         final = evaluate_selectors(model, ev, {"indexer stage 1": st1, "indexer stage 2": st2,
                                                "untrained indexer": untrained}, seed=seed)
-        for name, ixs in (("stage 1", st1), ("stage 2", st2), ("untrained", untrained)):
-            for i, r in enumerate(indexer_recall(model, ixs, ev.tokens[:16], 8)):
+        fin_ft = evaluate_selectors(ft, ev, {"indexer stage 1": st2ft, "indexer stage 2": st2ft,
+                                             "untrained indexer": untrained}, seed=seed)
+        final["fine-tuned dense needle"], final["fine-tuned dense local"] = fin_ft["dense needle"], fin_ft["dense local"]
+        for k in KS:
+            for what in ("needle", "local"):
+                final[f"{FT} k={k} {what}"] = fin_ft[f"indexer stage 2 k={k} {what}"]
+        for name, m, ixs in (("stage 1", model, st1), ("stage 2", model, st2), ("untrained", model, untrained),
+                             ("stage 2 fine-tuned", ft, st2ft)):
+            for i, r in enumerate(indexer_recall(m, ixs, ev.tokens[:16], 8)):
                 final[f"recall@8 {name} layer {i}"] = float(r)
         ent = attention_entropy_rows(model, ev.tokens[:16])
         for i, e in enumerate(ent[:-1]):
             final[f"entropy layer {i}"] = float(e)
         final["entropy uniform"] = float(ent[-1])
-        weights = {f"stage{st}.layer.{i}.{n}": a for st, ixs in ((1, st1), (2, st2))
+        weights = {f"stage{st}.layer.{i}.{n}": a for st, ixs in ((1, st1), (2, st2), ("2ft", st2ft))
                    for i, ix in enumerate(ixs) for n, a in ix.params.items()}
-        n_params = int(sum(a.size for a in weights.values()))
+        n_params = int(sum(a.size for n, a in weights.items() if n.startswith("stage1.")))
+        weights.update({f"finetuned.{n}": a for n, a in ft.weights.items()})
         meta = {"experiment": "dsa", "model": "indexer", "label": "lightning indexers (4 heads, d 16, partial RoPE 8) "
                 "on the trained dense model, one per layer", "seed": seed, "n_params": n_params,
                 "model_config": mmeta["model_config"], "base_checkpoint": f"retrieval/dense/seed{seed}",
                 "task": "mix", "task_kw": {"n_local": 4},
                 "train": {"stage 1": f"dense warm-up, KL to the layer's attention, {steps1} steps, Adam lr 1e-2",
                           "stage 2": f"sparse KL on the indexer's own top-8, {steps2} steps, Adam lr 3e-3",
-                          "model": "frozen in both stages (the report also fine-tunes it in stage 2: not done)",
+                          "model": "frozen in stages 1 and 2",
+                          "stage 2ft": f"the report's sparse stage, from stage 1: the model fine-tuned under the "
+                                       f"indexer's top-8 ({steps3} steps of 8 sequences, AdamW lr 3e-4, weight decay "
+                                       f"0.1, clip 1.0, task loss) while the indexer learns the sparse KL (Adam lr "
+                                       f"3e-3); stored as stage2ft.* and finetuned.* (the model)",
                           "sequences": f"{n_train} training sequences (seeds 50000 + seed), one per step, cycling"},
                 "command": command or "hybrid-lab train dsa", "machine": f"CPU ({platform.machine()}), numpy",
                 "tokens_per_s": round((steps1 + steps2) * 128 / max(time.time() - t0, 1e-9)),
                 "train_seconds": round(time.time() - t0, 1),
                 "log": {"step": list(range(0, steps1 + steps2, 10)),
                         "loss": [round(float(v), 5) for v in np.concatenate([log1["loss"], log2["loss"]]).mean(1)[::10]],
+                        "stage 2ft task loss": [round(float(v), 5) for v in log3["loss"][::5]],
+                        "stage 2ft kl": [round(float(v), 5) for v in log3["kl"].mean(1)[::5]],
                         "loss_per_layer_stage1_last": [round(float(v), 4) for v in log1["loss"][-1]],
                         "eval_step": [], "eval": []},
                 "final": {k: round(float(v), 4) for k, v in final.items()},
@@ -367,22 +468,33 @@ def run_experiment(out, seeds=(0, 1, 2), quick: bool = False, command: str = "")
     return metas
 
 
-def load_indexers(path, stage: int = 2, dtype: str = "float64") -> tuple:
+def load_indexers(path, stage: int = 2, dtype: str = "float64", finetuned: bool = False) -> tuple:
     """(the trained dense model, [one LightningIndexer per layer], meta) of a stored ``dsa/indexer/seedK``;
-    ``stage`` 1 (after the dense warm-up) or 2 (after the sparse stage)."""
+    ``stage`` 1 (after the dense warm-up) or 2 (after the sparse stage). finetuned=True (stage 2 only): the report's
+    sparse stage, the model fine-tuned under top-k attention and the indexers trained with it (:func:`finetune_sparse`):
+    returns that model and those indexers."""
     if isinstance(stage, (bool, np.bool_)) or not isinstance(stage, (int, np.integer)) or stage not in (1, 2):
         raise ValueError(f"stage must be 1 or 2, got {stage!r}")
+    if not isinstance(finetuned, (bool, np.bool_)) or (finetuned and stage != 2):
+        raise ValueError(f"finetuned must be True (with stage 2) or False, got {finetuned!r} with stage {stage}")
     w, meta = store.read_checkpoint(path, dtype)
     base = meta.get("base_checkpoint") if meta.get("experiment") == "dsa" else None
     if not isinstance(base, str):
         raise ValueError(f"path must be a dsa/indexer checkpoint (its meta names the base_checkpoint), got "
                          f"{path} (experiment {meta.get('experiment')!r})")
     model, _ = store.load_checkpoint(store.CHECKPOINTS / base)
+    tag = "2ft" if finetuned else stage
+    if finetuned:
+        fw = {n: w.get(f"finetuned.{n}") for n in model.weights}
+        fw = {n: None if a is None else a.astype(model.weights[n].dtype) for n, a in fw.items()}
+        if any(a is None for a in fw.values()):
+            raise ValueError(f"path: {path} holds no fine-tuned model (finetuned.*): re-run hybrid-lab train dsa")
+        model = Stack(model.cfg, fw)
     ixs = []
     for i in range(model.cfg.n_layers):
         ix = LightningIndexer(model.cfg.d_model, 4, 16, rope_dims=8)
         for name, a in ix.params.items():
-            key = f"stage{stage}.layer.{i}.{name}"
+            key = f"stage{tag}.layer.{i}.{name}"
             if key not in w or w[key].shape != a.shape:
                 raise ValueError(f"path: {path} holds no {key} of shape {a.shape} (got "
                                  f"{getattr(w.get(key), 'shape', 'none')}); stage {stage} of this checkpoint is "

@@ -1,5 +1,5 @@
-"""SparDA's block selection on a trained model's real attention (issue 16, part 2: the InfLLM-V2 selector and real
-decode traces through the offload simulator; the Forecast head on real hidden states is not here yet).
+"""SparDA's block selection on a trained model's real attention (issue 16, part 2): the InfLLM-V2 selector, the
+Forecast head trained on the model's real hidden states, and real decode traces through the offload simulator.
 
 The model is the trained dense model of the retrieval experiment (as in :mod:`hybrid_lab.trained.dsa`). Blocks are
 8 tokens (a 128-token context has 16; SparDA's are 64 of 128K), compressed keys are means over windows of 8 with
@@ -8,6 +8,12 @@ stride 4 (SparDA: 32 / 16). Per query: the init block, the local block (the quer
 - **InfLLM-V2**: the layer's own queries against its compressed keys (softmax per head, summed over a KV group,
   max-pooled onto blocks; :func:`hybrid_lab.models.infllm.infllm_v2_select`);
 - **oracle**: exact attention mass per block (:func:`hybrid_lab.models.forecast.oracle_blocks`);
+- **forecast**: SparDA's Forecast head (one head, the model's KV group): layer l's blocks ranked by
+  ``F_l(x_{l-1}) · K̃_lᵀ``, the PREVIOUS layer's normalized input against layer l's compressed keys (layer 0 uses its
+  own input, F_0^cur), so layer l's blocks are known while layer l-1 computes. Trained on the model's real hidden
+  states (model frozen) by the rest-bucket KL to a teacher: the layer's own InfLLM-V2 score on the (8, 4) grid
+  ("coarse") or on a (2, 1) grid max-pooled onto it ("fine"), SparDA §2.4-2.5
+  (:func:`hybrid_lab.models.forecast.rest_bucket_kl`);
 
 and the layer reads every visible token of the selected blocks (one softmax, :func:`dsa.sparse_forward`).
 
@@ -20,15 +26,23 @@ from __future__ import annotations
 import numpy as np
 
 from hybrid_lab.core import checks
+from hybrid_lab.core.optim import Adam
+from hybrid_lab.models import forecast as fc
 from hybrid_lab.models.forecast import oracle_blocks
-from hybrid_lab.models.infllm import infllm_v2_select
+from hybrid_lab.models.infllm import (blocks_from_compressed, compress_keys, compressed_visible, group_scores,
+                                      infllm_v2_select)
 from hybrid_lab.serving.offload_sim import replay_trace
 from hybrid_lab.trained import dsa, store, tasks
 
-__all__ = ["BLOCK", "WINDOW", "STRIDE", "block_selection", "blocks_to_positions", "block_selector", "block_recall",
-           "decode_trace", "replay_layers", "offload_rows", "run_experiment"]
+__all__ = ["BLOCK", "WINDOW", "STRIDE", "FINE", "TEACHERS", "KINDS", "block_selection", "blocks_to_positions",
+           "block_selector", "block_recall", "hidden_states", "load_summary", "forecast_setup", "train_forecast_head",
+           "forecast_selection", "decode_trace", "replay_layers", "offload_rows", "load_forecast_heads",
+           "run_experiment"]
 
 BLOCK, WINDOW, STRIDE = 8, 8, 4
+FINE = (2, 1)                                       # the fine teacher's (window, stride), as SparDA's
+TEACHERS = ("fine", "coarse")
+KINDS = ("infllm", "oracle", "forecast")
 
 
 def _model(model):
@@ -40,15 +54,51 @@ def _model(model):
 
 
 def _kind(kind):
-    if kind not in ("infllm", "oracle"):
-        raise ValueError(f"kind must be 'infllm' or 'oracle', got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     return kind
 
 
-def block_selection(model, i: int, x, kind: str, k: int) -> np.ndarray:
+def _heads(params, model, kind):
+    """Forecast heads {"W0": (D, Hkv, d), ...}, one per layer of ``model``; required for kind "forecast" only."""
+    if kind != "forecast":
+        return None
+    cfg = model.cfg
+    shape = (cfg.d_model, cfg.n_heads_kv, cfg.d_qk)
+    if not isinstance(params, dict) or any(f"W{i}" not in params for i in range(cfg.n_layers)):
+        raise ValueError(f"params must be the Forecast heads {{'W0': {shape}, ..., 'W{cfg.n_layers - 1}'}} for kind "
+                         f"'forecast' (train_forecast_head or load_forecast_heads), got "
+                         f"{sorted(params) if isinstance(params, dict) else type(params).__name__}")
+    return {f"W{i}": checks.finite_array(f"params['W{i}']", params[f"W{i}"], 3, "(D, Hkv, d)") for i in
+            range(cfg.n_layers)}
+
+
+def forecast_selection(model, i: int, x_src, x, params: dict, k: int) -> np.ndarray:
+    """Layer i's blocks as the Forecast head picks them: (T, 2 + k) block ids, -1 padded.
+    x_src: (T, D) the previous layer's normalized input (layer 0: its own), x: (T, D) layer i's (for its compressed
+    keys, which in decode are already cached); params: the heads {"W{i}": (D, Hkv, d)}."""
+    model = _model(model)
+    params, k = _heads(params, model, "forecast"), checks.pos_int("k", k)
+    x_src = checks.finite_array("x_src", x_src, 2, "(T, D)")
+    _, kk, _ = dsa.layer_qkv(model, i, x)
+    T = len(kk)
+    if x_src.shape != x.shape:
+        raise ValueError(f"x_src must have the shape of x {x.shape} (T, D), got {x_src.shape}")
+    pos = np.arange(T)
+    kc = compress_keys(kk[None], WINDOW, STRIDE)
+    z = fc.forecast_logits(x_src[None], params[f"W{i}"], kc)                 # (1, T, Hkv, Nc)
+    vis = compressed_visible(pos, kc.shape[1], WINDOW, STRIDE)[None, :, None, :]
+    idx, _ = blocks_from_compressed(np.where(vis, z, -np.inf), T, pos, k, BLOCK, WINDOW, STRIDE, 1, 1)
+    return idx[0, :, 0, :]
+
+
+def block_selection(model, i: int, x, kind: str, k: int, x_src=None, params=None) -> np.ndarray:
     """Layer i's selected blocks for every query of one sequence: (T, 2 + k) block ids, -1 padded.
-    x: (T, d_model) the layer's normalized input; kind "infllm" or "oracle"; k: top-k blocks beyond init + local."""
+    x: (T, d_model) the layer's normalized input; kind "infllm", "oracle" or "forecast" (then ``x_src``, the previous
+    layer's input, and the heads ``params``); k: top-k blocks beyond init + local."""
     kind, k = _kind(kind), checks.pos_int("k", k)
+    if kind == "forecast":
+        return forecast_selection(model, i, x if x_src is None else x_src, x, params, k)
     q, kk, _ = dsa.layer_qkv(_model(model), i, x)
     T = len(q)
     pos = np.arange(T)
@@ -75,18 +125,27 @@ def blocks_to_positions(block_idx, T: int) -> np.ndarray:
     return tok.reshape(T, 1, -1)
 
 
-def block_selector(model, kind: str, k: int):
-    """A selector for :func:`dsa.sparse_forward`: each layer reads the tokens of its init, local and top-k blocks."""
+def block_selector(model, kind: str, k: int, params=None):
+    """A selector for :func:`dsa.sparse_forward`: each layer reads the tokens of its init, local and top-k blocks.
+    kind "forecast" needs the heads ``params``; it forecasts layer i from layer i-1's input of the same forward (the
+    layers are called in order; layer 0 from its own)."""
     model, kind, k = _model(model), _kind(kind), checks.pos_int("k", k)
+    params = _heads(params, model, kind)
+    prev = {}
+
     def select(i, x, probs):
-        return blocks_to_positions(block_selection(model, i, x, kind, k), len(x))
+        src = x if i == 0 else prev.get(i - 1, x)
+        prev[i] = x
+        return blocks_to_positions(block_selection(model, i, x, kind, k, src, params), len(x))
     return select
 
 
-def block_recall(model, tokens, k: int) -> np.ndarray:
-    """Per layer: the share of the oracle's top-k blocks that InfLLM-V2 also picks (init and local blocks, picked by
-    both, excluded), over the sequences ``tokens`` (N, T), queries that have more than k candidate blocks."""
-    model = _model(model)
+def block_recall(model, tokens, k: int, kind: str = "infllm", params=None) -> np.ndarray:
+    """Per layer: the share of the oracle's top-k blocks that ``kind`` ("infllm", or "forecast" with the heads
+    ``params``) also picks (init and local blocks, picked by both, excluded), over the sequences ``tokens`` (N, T),
+    queries that have more than k candidate blocks (the dense forward's hidden states)."""
+    model, kind = _model(model), _kind(kind)
+    params = _heads(params, model, kind)
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
     k = checks.pos_int("k", k)
     T = toks.shape[1]
@@ -96,8 +155,10 @@ def block_recall(model, tokens, k: int) -> np.ndarray:
     rows = np.arange(T) // BLOCK >= k + 1                                  # more candidates than k
     rec = np.zeros((len(toks), model.cfg.n_layers))
     for n, row in enumerate(toks):
-        for i, c in enumerate(dsa.layer_attention(model, row)):
-            mine, ref = (block_selection(model, i, c["x"], kind, k) for kind in ("infllm", "oracle"))
+        caps = dsa.layer_attention(model, row)
+        for i, c in enumerate(caps):
+            mine = block_selection(model, i, c["x"], kind, k, caps[max(i - 1, 0)]["x"], params)
+            ref = block_selection(model, i, c["x"], "oracle", k)
             fixed = np.stack([np.zeros(T, np.int64), np.arange(T) // BLOCK], 1)[rows]   # init, local per row
             m, r = mine[rows].copy(), ref[rows].copy()
             for j in range(len(m)):                     # keep the top-k part: drop init and the query's own block
@@ -110,15 +171,133 @@ def block_recall(model, tokens, k: int) -> np.ndarray:
     return np.nanmean(rec, axis=0)
 
 
-def decode_trace(model, tokens, kind: str, k: int, start: int = 32) -> list:
+# ------------------------------------------------------------------------------ the Forecast head on real states
+def hidden_states(model, tokens) -> dict:
+    """The dense forward's per-layer tensors of ``tokens`` (N, T): {"X": [(N, T, D)] normalized layer inputs,
+    "Q": [(N, T, Hq, d)], "K": [(N, T, Hkv, d)]}, one entry per layer (what the Forecast head and its teachers read)."""
+    model = _model(model)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    if 0 in toks.shape:
+        raise ValueError(f"tokens must be a non-empty (N, T) array, got shape {toks.shape}")
+    L = model.cfg.n_layers
+    out = {"X": [[] for _ in range(L)], "Q": [[] for _ in range(L)], "K": [[] for _ in range(L)]}
+    for row in toks:
+        for i, c in enumerate(dsa.layer_attention(model, row)):
+            q, k, _ = dsa.layer_qkv(model, i, c["x"])
+            for name, a in (("X", c["x"]), ("Q", q), ("K", k)):
+                out[name][i].append(a)
+    return {name: [np.stack(a) for a in v] for name, v in out.items()}
+
+
+def forecast_setup(model, tokens, teacher: str = "fine", k: int = 4) -> fc.TrainSetup:
+    """Frozen training targets on the model's real hidden states (SparDA Eqs. 5-7 on our (8, 4) grid).
+
+    tokens: (N, T) training sequences, T >= 4 blocks. Per target layer l: the source X_{l-1} (X_0 for l = 0) at
+    every query that has candidates, the layer's (8, 4) compressed keys, and the teacher: the layer's own selector
+    score Σ_h softmax(Q_h K̃ᵀ/√d) on the (8, 4) keys ("coarse"), or on (2, 1) keys max-pooled onto the (8, 4) grid
+    ("fine"); candidates are visible windows outside the init block and the query's own block; the teacher's top-``k``
+    windows stay separate in the KL, the rest is one bucket. Returns a :class:`hybrid_lab.models.forecast.TrainSetup`.
+    """
+    model = _model(model)
+    if teacher not in TEACHERS:
+        raise ValueError(f"teacher must be one of {TEACHERS}, got {teacher!r}")
+    k = checks.pos_int("k", k)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    T = toks.shape[1]
+    if T < 4 * BLOCK:
+        raise ValueError(f"tokens must hold sequences of >= {4 * BLOCK} tokens (4 blocks: candidates beyond the init "
+                         f"and local blocks), got shape {toks.shape}")
+    hs = hidden_states(model, toks)
+    q_pos = np.arange(2 * BLOCK, T)                     # earlier queries have no candidate window
+    scale = model.cfg.d_qk ** -0.5
+    x_src, kcs, teach = [], [], []
+    for i in range(model.cfg.n_layers):
+        x_src.append(hs["X"][max(i - 1, 0)][:, q_pos])
+        kc = compress_keys(hs["K"][i], WINDOW, STRIDE)
+        kcs.append(kc)
+        q = hs["Q"][i][:, q_pos]
+        if teacher == "coarse":
+            teach.append(group_scores(q, kc, q_pos, T, WINDOW, STRIDE, scale=scale))
+        else:
+            sf = group_scores(q, compress_keys(hs["K"][i], *FINE), q_pos, T, *FINE, scale=scale)
+            teach.append(fc.pool_fine_to_coarse(sf, kc.shape[1], FINE, (WINDOW, STRIDE)))
+    mask = fc.candidate_mask(q_pos, kcs[0].shape[1], BLOCK, 1, 1, WINDOW, STRIDE)
+    sel = [fc.teacher_topk(t, k, mask[None, :, None, :]) for t in teach]
+    return fc.TrainSetup(x_src, kcs, teach, mask, sel, q_pos, k, {"kind": teacher})
+
+
+def train_forecast_head(model, tokens, teacher: str = "fine", steps: int = 300, lr: float = 1e-2, k: int = 4,
+                        seed: int = 0, setup: fc.TrainSetup | None = None) -> tuple:
+    """Train one Forecast head per layer on the model's real hidden states (model frozen): Adam (β = (0.9, 0.95),
+    ε = 1e-6 as the paper, a larger lr for a toy), global-norm clip 0.5, full batch of ``tokens`` (N, T).
+    setup: a precomputed :func:`forecast_setup` of the same tokens and teacher (else built here).
+    Returns (params {"W{l}": (D, Hkv, d)}, {"loss": (steps,) Σ over layers of the rest-bucket KL}).
+    """
+    model = _model(model)
+    steps, lr, seed = checks.pos_int("steps", steps), checks.positive_number("lr", lr), checks.nonneg_int("seed", seed)
+    if setup is None:
+        setup = forecast_setup(model, tokens, teacher, k)
+    elif not isinstance(setup, fc.TrainSetup):
+        raise ValueError(f"setup must be None or a forecast_setup(...) TrainSetup, got {type(setup).__name__}")
+    cfg = model.cfg
+    rng = np.random.default_rng(seed)
+    params = {f"W{i}": 0.02 * rng.normal(size=(cfg.d_model, cfg.n_heads_kv, cfg.d_qk)) for i in range(cfg.n_layers)}
+    opt = Adam(params, lr=lr, betas=(0.9, 0.95), eps=1e-6)
+    loss = np.array([fc.train_step(params, setup, opt, 0.5)[0] for _ in range(steps)])
+    return params, {"loss": loss}
+
+
+def load_summary(path=None) -> dict:
+    """The stored summary of ``hybrid-lab train sparda`` (accuracies, per-seed Forecast training logs, decode traces);
+    path: default the package's sparda/summary.json."""
+    import json
+    from pathlib import Path
+
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ValueError(f"path must be None or a file path, got {type(path).__name__}")
+    path = Path(path) if path is not None else store.CHECKPOINTS / "sparda" / "summary.json"
+    try:
+        out = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"path: no readable sparda summary at {path} ({e}); run hybrid-lab train sparda") from None
+    if not isinstance(out, dict) or "per_seed" not in out:
+        raise ValueError(f"path: {path} is not a sparda summary (no per_seed)")
+    return out
+
+
+def load_forecast_heads(seed: int = 0, teacher: str = "fine", path=None) -> dict:
+    """The stored Forecast heads {"W{l}": (D, Hkv, d) float64} of ``hybrid-lab train sparda`` for the dense model of
+    ``seed``, trained with the ``teacher`` ("fine" or "coarse"). path: default the package's sparda/forecast_heads.npz."""
+    from pathlib import Path
+
+    seed = checks.nonneg_int("seed", seed)
+    if teacher not in TEACHERS:
+        raise ValueError(f"teacher must be one of {TEACHERS}, got {teacher!r}")
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ValueError(f"path must be None or a file path, got {type(path).__name__}")
+    path = Path(path) if path is not None else store.CHECKPOINTS / "sparda" / "forecast_heads.npz"
+    if not path.exists():
+        raise ValueError(f"path: no Forecast heads at {path}: run hybrid-lab train sparda")
+    with np.load(path) as z:
+        keys = sorted(n for n in z.files if n.startswith(f"seed{seed}.{teacher}."))
+        if not keys:
+            raise ValueError(f"seed: {path} holds no heads for seed {seed}, teacher {teacher!r} (it has "
+                             f"{sorted({n.split('.')[0] for n in z.files})})")
+        return {n.rsplit(".", 1)[1]: z[n].astype(np.float64) for n in keys}
+
+
+def decode_trace(model, tokens, kind: str, k: int, start: int = 32, params=None) -> list:
     """The blocks each decode step selects, per layer: [layer][step] -> 1-D block ids, for the queries at positions
-    start .. T-1 of ``tokens`` (T,) (causal: the selection of row t is what decode step t selects)."""
+    start .. T-1 of ``tokens`` (T,) (causal: the selection of row t is what decode step t selects). kind "forecast"
+    needs the heads ``params``."""
     model, kind, k = _model(model), _kind(kind), checks.pos_int("k", k)
+    params = _heads(params, model, kind)
     t = checks.tokens("tokens", tokens, model.cfg.vocab)
     start = checks.int_in("start", start, 0, len(t))
     trace = []
-    for i, c in enumerate(dsa.layer_attention(model, t)):
-        sel = block_selection(model, i, c["x"], kind, k)
+    caps = dsa.layer_attention(model, t)
+    for i, c in enumerate(caps):
+        sel = block_selection(model, i, c["x"], kind, k, caps[max(i - 1, 0)]["x"], params)
         trace.append([sel[s][sel[s] >= 0] for s in range(start, len(t))])
     return trace
 
@@ -156,10 +335,11 @@ def offload_rows(churn: float, batch: int = 16, context: int = 131072) -> list:
     return rows
 
 
-def run_experiment(out, seeds=(0, 1, 2), ks=(1, 2, 4), n_eval: int = 64, command: str = "") -> dict:
-    """Accuracy under InfLLM-V2 vs oracle block selection per k, block recall per layer, and the decode traces of
-    4 held-out sequences (k = 2) with their replay summaries, for each seed of the trained dense model. Writes
-    ``out``/sparda/summary.json and returns it."""
+def run_experiment(out, seeds=(0, 1, 2), ks=(1, 2, 4), n_eval: int = 64, command: str = "", quick: bool = False) -> dict:
+    """For each seed of the trained dense model: train the Forecast heads on its real hidden states (fine and coarse
+    teacher), then accuracy under oracle / InfLLM-V2 / forecast block selection per k, block recall per layer, and the
+    decode traces of 4 held-out sequences (k = 2) with their replay summaries. Writes ``out``/sparda/summary.json and
+    ``out``/sparda/forecast_heads.npz; returns the summary. quick: fewer training sequences and steps (CPU smoke)."""
     import json
     import time
     from pathlib import Path
@@ -173,39 +353,70 @@ def run_experiment(out, seeds=(0, 1, 2), ks=(1, 2, 4), n_eval: int = 64, command
     n_eval = checks.int_in("n_eval", n_eval, 4, 10 ** 6)
     if not isinstance(command, str):
         raise ValueError(f"command must be a string, got {type(command).__name__}")
+    if not isinstance(quick, (bool, np.bool_)):
+        raise ValueError(f"quick must be True or False, got {quick!r}")
+    n_train, steps, kf = (4, 10, 4) if quick else (32, 300, 4)
     out = Path(out)
     t0 = time.time()
     ev = tasks.mix(n_eval, 128, seed=tasks.EVAL_SEED + 1, n_local=4)
-    per_seed = {}
+    per_seed, heads = {}, {}
     for seed in seeds:
         model, _ = store.load_checkpoint(store.CHECKPOINTS / "retrieval" / "dense" / f"seed{seed}")
-        r = {}
+        tr = tasks.mix(n_train, 128, seed=60_000 + seed, n_local=4).tokens          # training seeds (< EVAL_SEED)
+        r, logs, params = {}, {}, {}
+        for teacher in TEACHERS:
+            params[teacher], log = train_forecast_head(model, tr, teacher, steps=steps, k=kf, seed=seed)
+            held = fc.forecast_loss_and_grad(params[teacher], forecast_setup(model, ev.tokens[:16], teacher, kf))[0]
+            logs[teacher] = {"loss": [round(float(v), 5) for v in log["loss"][::10]],
+                             "final loss": round(float(log["loss"][-1]), 5), "held-out loss": round(float(held), 5)}
+            for name, a in params[teacher].items():
+                heads[f"seed{seed}.{teacher}.{name}"] = a.astype(np.float32)
+        lg = np.stack([dsa.sparse_forward(model, t) for t in ev.tokens])
+        r["dense needle"] = tasks.accuracy(lg, ev, tasks.KIND_NEEDLE)[0]
+        r["dense local"] = tasks.accuracy(lg, ev, tasks.KIND_LOCAL)[0]
+        sels = [("oracle", "oracle", None), ("infllm", "infllm", None)] + \
+            [(f"forecast {t}", "forecast", params[t]) for t in TEACHERS]
         for k in ks:
-            for kind in ("oracle", "infllm"):
-                lg = np.stack([dsa.sparse_forward(model, t, block_selector(model, kind, k)) for t in ev.tokens])
-                r[f"{kind} k={k} needle"] = tasks.accuracy(lg, ev, tasks.KIND_NEEDLE)[0]
-                r[f"{kind} k={k} local"] = tasks.accuracy(lg, ev, tasks.KIND_LOCAL)[0]
-            for i, v in enumerate(block_recall(model, ev.tokens[:8], k)):
-                r[f"block recall k={k} layer {i}"] = float(v)
+            for label, kind, p in sels:
+                lg = np.stack([dsa.sparse_forward(model, t, block_selector(model, kind, k, p)) for t in ev.tokens])
+                r[f"{label} k={k} needle"] = tasks.accuracy(lg, ev, tasks.KIND_NEEDLE)[0]
+                r[f"{label} k={k} local"] = tasks.accuracy(lg, ev, tasks.KIND_LOCAL)[0]
+            for label, kind, p in sels[1:]:
+                pre = "block recall" if kind == "infllm" else f"block recall {label}"
+                for i, v in enumerate(block_recall(model, ev.tokens[:8], k, kind, p)):
+                    r[f"{pre} k={k} layer {i}"] = float(v)
         traces = {}
-        for kind in ("infllm", "oracle"):
-            tr = [decode_trace(model, row, kind, 2) for row in ev.tokens[:4]]
-            reps = [replay_layers(t) for t in tr]
-            traces[kind] = {"trace": [[[s.tolist() for s in layer] for layer in t] for t in tr],
-                            "hit_rate": [x["hit_rate"] for x in reps], "churn": [x["churn"] for x in reps],
-                            "copied_per_layer": [x["copied"].sum(1).tolist() for x in reps]}
-            r[f"{kind} trace churn"] = float(np.mean(traces[kind]["churn"]))
-            r[f"{kind} trace hit rate"] = float(np.mean(traces[kind]["hit_rate"]))
-        per_seed[seed] = {"final": {k: round(float(v), 4) for k, v in r.items()}, "traces": traces}
+        for label, kind, p in sels[:3]:
+            tr_ = [decode_trace(model, row, kind, 2, params=p) for row in ev.tokens[:4]]
+            reps = [replay_layers(t) for t in tr_]
+            traces[label] = {"trace": [[[s.tolist() for s in layer] for layer in t] for t in tr_],
+                             "hit_rate": [x["hit_rate"] for x in reps], "churn": [x["churn"] for x in reps],
+                             "copied_per_layer": [x["copied"].sum(1).tolist() for x in reps]}
+            r[f"{label} trace churn"] = float(np.mean(traces[label]["churn"]))
+            r[f"{label} trace hit rate"] = float(np.mean(traces[label]["hit_rate"]))
+        per_seed[seed] = {"final": {k: round(float(v), 4) for k, v in r.items()}, "traces": traces,
+                          "forecast_train": logs}
+        kp = ks[-1]
+        print(f"  sparda seed {seed}: needle at k={kp}: oracle {r[f'oracle k={kp} needle']:.2f}, infllm "
+              f"{r[f'infllm k={kp} needle']:.2f}, forecast fine {r[f'forecast fine k={kp} needle']:.2f} "
+              f"({time.time() - t0:.0f} s)", flush=True)
     keys = per_seed[seeds[0]]["final"]
     summary = {"command": command or "hybrid-lab train sparda", "machine": "CPU, numpy",
                "seconds": round(time.time() - t0, 1), "block": BLOCK, "window": WINDOW, "stride": STRIDE,
                "eval": f"tasks.mix({n_eval}, 128, seed=EVAL_SEED + 1, n_local=4); traces: its first 4 sequences, "
-                       f"k = 2, decode steps 32..127",
+                       f"k = 2, decode steps 32..127; block recall: its first 8",
+               "forecast": {"train": f"{n_train} sequences of tasks.mix(seed 60000 + seed), full batch, {steps} Adam "
+                                     f"steps, lr 1e-2, betas (0.9, 0.95), clip 0.5, rest-bucket KL on the teacher's "
+                                     f"top-{kf} windows; model frozen",
+                            "teachers": {"coarse": f"InfLLM-V2 score on ({WINDOW}, {STRIDE}) keys",
+                                         "fine": f"score on {FINE} keys max-pooled onto ({WINDOW}, {STRIDE})"},
+                            "source": "layer l-1's normalized input (layer 0: its own)",
+                            "held-out": "the rest-bucket KL on the first 16 evaluation sequences"},
                "accuracy": {k: {"mean": round(float(np.mean([per_seed[s]["final"][k] for s in seeds])), 4),
                                 "std": round(float(np.std([per_seed[s]["final"][k] for s in seeds])), 4)}
                             for k in keys},
                "per_seed": {str(s): v for s, v in per_seed.items()}}
     (out / "sparda").mkdir(parents=True, exist_ok=True)
     (out / "sparda" / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    np.savez(out / "sparda" / "forecast_heads.npz", **heads)
     return summary

@@ -50,8 +50,10 @@ class TorchStack(TwinModule):
         super().__init__(cfg, Stack(cfg, weights).weights)           # validates cfg, names and shapes
 
     # ---------------------------------------------------------------------------------------------- mixers
-    def attention(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Layer i's causal attention (``attn``: full, ``swa``: band + gate + sink). x: (B, T, D) normed."""
+    def attention(self, i: int, x: torch.Tensor, select: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer i's causal attention (``attn``: full, ``swa``: band + gate + sink). x: (B, T, D) normed.
+        select: optional (B, T, T) bool, the positions each query may read on top of the causal mask (sparse
+        attention: a top-k selection; every row must keep at least one visible position)."""
         cfg, p = self.cfg, f"layer.{i}.attn."
         B, T, _ = x.shape
         Hq, dk, dv = cfg.n_heads_q, cfg.d_qk, cfg.d_v
@@ -61,6 +63,8 @@ class TorchStack(TwinModule):
         pos = torch.arange(T, device=x.device)
         q, k = apply_rope(q, pos, rot, cfg.rope_base), apply_rope(k, pos, rot, cfg.rope_base)
         mask = causal_mask(pos, cfg.window if swa else None)
+        if select is not None:
+            mask = mask & select[:, None, None]                                       # (B, 1, 1, T, T)
         sink = self.w(p + "sink") if swa and cfg.sinks else None                    # exp(sink) joins the denominator
         o, _ = attend(q, k, v, mask, dk ** -0.5, sink)                                # (B, T, Hq, dv)
         if swa and cfg.gates:
@@ -89,13 +93,19 @@ class TorchStack(TwinModule):
         return y @ self.w(p + "out_proj")
 
     # ------------------------------------------------------------------------------------------- the stack
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: (B, T) integer tensor in [0, vocab). Returns logits (B, T, vocab) at every position."""
+    def forward(self, tokens: torch.Tensor, select: list | None = None) -> torch.Tensor:
+        """tokens: (B, T) integer tensor in [0, vocab). Returns logits (B, T, vocab) at every position.
+        select: optional list with one (B, T, T) bool selection (or None) per layer, for the attention layers
+        (DSA's sparse stage: each query reads only its selected positions; ``hybrid_lab.trained.dsa``)."""
         cfg = self.cfg
         tokens = self.check_tokens(tokens)
+        if select is not None and (not isinstance(select, (list, tuple)) or len(select) != cfg.n_layers):
+            raise ValueError(f"select must be None or a list of {cfg.n_layers} (B, T, T) bool tensors or None (one "
+                             f"per layer), got {type(select).__name__} of length {len(select) if isinstance(select, (list, tuple)) else '-'}")
         h = self.w("embed")[tokens]
         for i, kind in enumerate(cfg.layers):
             x = rms_norm(h)
-            h = h + (self.mamba2(i, x) if kind == "mamba2" else self.attention(i, x))
+            sel = None if select is None else select[i]
+            h = h + (self.mamba2(i, x) if kind == "mamba2" else self.attention(i, x, sel))
             h = self.mlp(f"layer.{i}.", h)
         return self.lm_head(h)

@@ -397,7 +397,7 @@ def main(argv=None) -> int:
         aggregate(out)
     if a.experiment in ("sparda", "all") and not a.models:
         from hybrid_lab.trained import sparda
-        sparda.run_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)),
+        sparda.run_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)), quick=a.quick,
                               n_eval=8 if a.quick else 64, command=command)
         aggregate(out)
     print(f"checkpoints and results.json under {out}")

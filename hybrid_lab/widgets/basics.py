@@ -157,7 +157,8 @@ def plot_survival(dts=(0.01, 0.1, 1.0), A: float = -1.0, length: int = 64):
 
 
 def lti_vs_selective(length: int, content, dt: float = 0.5, A: float = -1.0):
-    """Selectivity in one comparison: how much of token 0 is left after ``length`` steps.
+    """Selectivity in one comparison: how much of token 0 is left at the last of ``length`` tokens, i.e. after the
+    ``length - 1`` decay steps of tokens 1 .. length-1 (token 0's own step writes it).
 
     LTI: every step uses the same Δ, so every filler token also decays what was stored.
     Selective: Δ depends on the token; content steps (indices in ``content``) use Δ, filler steps Δ = 0 ("skip").

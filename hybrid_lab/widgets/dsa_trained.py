@@ -28,12 +28,14 @@ from hybrid_lab.trained import dsa, store, tasks
 from hybrid_lab.widgets.static import with_picture
 from hybrid_lab.widgets.trained import explorer
 
-__all__ = ["SELECTOR_COLORS", "plot_accuracy_vs_k", "plot_recall", "random_model_entropy", "plot_entropy",
-           "plot_selection_layers", "explore"]
+__all__ = ["SELECTOR_COLORS", "BLOCK_SELECTORS", "plot_accuracy_vs_k", "plot_block_accuracy", "plot_recall",
+           "random_model_entropy", "plot_entropy", "plot_selection_layers", "explore"]
 
 EXP, MODEL = "dsa", "indexer"                  # where results.json keeps the experiment
 SELECTOR_COLORS = {"oracle": "black", "indexer stage 1": "tab:cyan", "indexer stage 2": "tab:blue",
                    "untrained indexer": "tab:orange", "random": "tab:red", "dense": "tab:green"}
+BLOCK_SELECTORS = {"oracle": "black", "infllm": "tab:orange", "forecast fine": "tab:blue",    # SparDA's selectors
+                   "forecast coarse": "tab:cyan"}
 RECALL_NAMES = {"stage 1": "indexer stage 1", "stage 2": "indexer stage 2", "untrained": "untrained indexer"}
 MIN_VISIBLE = 16                               # entropy over queries that see at least this many keys (as dsa does)
 EXPLORE_N, EXPLORE_T = 8, 128                  # the explorer's held-out sequences
@@ -102,27 +104,59 @@ def plot_accuracy_vs_k(res: dict, kind: str = "needle"):
     ks = sorted({int(m[2]) for s in info["accuracy"] for m in [pat.match(s)] if m and m[1] in dsa.SELECTORS})
     if not ks:
         raise ValueError(f"res[{EXP!r}]['models'][{MODEL!r}] has no '<selector> k=K {kind}' settings")
+    return _accuracy_figure(info, {n: SELECTOR_COLORS[n] for n in dsa.SELECTORS}, ks, kind, "key",
+                            "k: keys each attention layer reads per query (of up to 128)",
+                            f"mean ± std over {_n_seeds(info)}", "top-k sparse attention", "the k keys")
+
+
+def _accuracy_figure(info, colors: dict, ks, kind, unit, xlabel, spread, how, what):
+    """Accuracy vs k, one errorbar line per selector of ``colors`` ({name: color}), the dense model as a dashed
+    line; shared by :func:`plot_accuracy_vs_k` (keys) and :func:`plot_block_accuracy` (blocks)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.5, 4.2))
-    for name in dsa.SELECTORS:
+    for name, color in colors.items():
         ms = np.array([_stat(info, f"{name} k={k} {kind}") for k in ks])              # (n_k, 2)
         ax.errorbar(ks, ms[:, 0], yerr=ms[:, 1], marker="o", ms=4, capsize=3, elinewidth=0.8, alpha=0.9,
-                    color=SELECTOR_COLORS[name], label=name)
+                    color=color, label=name)
     dense, dense_std = _stat(info, f"dense {kind}")
     if not np.isnan(dense):
         ax.axhline(dense, color=SELECTOR_COLORS["dense"], ls="--", lw=1.2,
-                   label=f"dense: every key read ({dense:.2f} ± {dense_std:.2f})")
+                   label=f"dense: every {unit} read ({dense:.2f} ± {dense_std:.2f})")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
     ax.set_xticklabels([str(k) for k in ks])
     ax.set_ylim(-0.02, 1.05)
-    ax.set_xlabel("k: keys each attention layer reads per query (of up to 128)")
-    ax.set_ylabel(f"held-out {kind} accuracy\n(mean ± std over {_n_seeds(info)})")
-    ax.set_title(f"{'Needle retrieval' if kind == 'needle' else 'Local copy'} with top-k sparse attention in every "
-                 "layer, by who picks the k keys", fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"held-out {kind} accuracy\n({spread})")
+    ax.set_title(f"{'Needle retrieval' if kind == 'needle' else 'Local copy'} with {how} in every layer, by who picks "
+                 f"{what}", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
+
+
+def plot_block_accuracy(res: dict, kind: str = "needle"):
+    """SparDA's block selection on the trained model: accuracy vs k (top blocks beyond init + local, of 16 blocks of 8
+    tokens), one line per selector of ``BLOCK_SELECTORS`` (oracle blocks, InfLLM-V2, the Forecast head trained with
+    the fine and the coarse teacher), error bars = std over seeds, and the dense model as a dashed line.
+
+    res: the results.json dict; its ``sparda`` experiment's ``accuracy`` holds ``"<selector> k=<k> <kind>"`` and
+    ``"dense <kind>"`` ({"mean", "std"} each). kind: "needle" or "local". Returns a Figure.
+    """
+    if kind not in ("needle", "local"):
+        raise ValueError(f"kind must be 'needle' or 'local', got {kind!r}")
+    acc = res.get("sparda", {}).get("accuracy") if isinstance(res, dict) else None
+    if not isinstance(acc, dict):
+        raise ValueError("res must be the results.json dict with a 'sparda' experiment holding 'accuracy' "
+                         "(report.load_results(); hybrid-lab train sparda)")
+    info = {"accuracy": acc}
+    pat = re.compile(rf"^(.+) k=(\d+) {kind}$")
+    ks = sorted({int(m[2]) for s in acc for m in [pat.match(s)] if m and m[1] in BLOCK_SELECTORS})
+    if not ks:
+        raise ValueError(f"res['sparda']['accuracy'] has no '<selector> k=K {kind}' settings")
+    return _accuracy_figure(info, BLOCK_SELECTORS, ks, kind, "block",
+                            "k: top blocks each layer reads per query, beyond the init and local blocks (of 16 blocks)",
+                            "mean ± std over seeds", "block-sparse attention", "the blocks")
 
 
 def plot_recall(res: dict, k: int = 8, seq_len: int = 128):

@@ -820,7 +820,10 @@ def main(argv=None):
                    "sms": torch.cuda.get_device_properties(0).multi_processor_count if not DRY else 0,
                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                    "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-                   "command": "python -m gpu_track.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+                   # where it wrote is not part of what it measured: --out keeps the file name only
+                   "command": "python -m gpu_track.bench " + " ".join(
+                       os.path.basename(x) if i and args_[i - 1] == "--out" else x
+                       for args_ in [list(argv if argv is not None else sys.argv[1:])] for i, x in enumerate(args_)),
                    "copy_GBps": None, "bf16_TFLOPs": None, "rows": [], "config": {}, "checks": {}, "errors": []})
     try:
         import fla

@@ -173,7 +173,7 @@ def test_explore_builds_and_redraws(monkeypatch):
     real_load, real_selector = dsa.load_indexers, dsa.indexer_selector
 
     def spy_load(path, stage=2, **kw):                 # which checkpoint and stage the explorer reads
-        loads.append((path.name, stage))
+        loads.append((path.name, "2ft" if kw.get("finetuned") else stage))
         return real_load(path, stage, **kw)
 
     def spy_selector(indexers, k):                     # which indexers the explorer (and its plot) select with
@@ -186,7 +186,7 @@ def test_explore_builds_and_redraws(monkeypatch):
     controls, out = w.children
     selector, k, seed, example = controls.children
     assert [c.description for c in controls.children] == ["selector", "k", "seed", "example"]
-    assert list(selector.options) == list(dsa.SELECTORS) + ["dense"] and tuple(k.options) == dsa.KS
+    assert list(selector.options) == list(dsa.SELECTORS) + [dsa.FT, "dense"] and tuple(k.options) == dsa.KS
     assert (example.min, example.max) == (0, 7) and list(seed.options) == [0, 1, 2]
     batch = tasks.mix(8, 128, seed=tasks.EVAL_SEED + 900, n_local=4)
 
@@ -204,7 +204,7 @@ def test_explore_builds_and_redraws(monkeypatch):
     lg = np.stack([dsa.sparse_forward(model, t, real_selector(ixs, 8)) for t in batch.tokens])
     acc, n = tasks.accuracy(lg, batch, tasks.KIND_NEEDLE)
     assert f"needle accuracy {acc:.2f} ({n} answers)" in out.outputs[0]["text"]
-    assert sorted(loads) == [("seed0", 1), ("seed0", 2)]                        # both stages, nothing retrained
+    assert sorted(map(str, loads)) == sorted(map(str, [("seed0", 1), ("seed0", 2), ("seed0", "2ft")]))  # every stage
     first = out.outputs
     example.value = 3
     check()
@@ -226,12 +226,21 @@ def test_explore_builds_and_redraws(monkeypatch):
     acc, n = tasks.accuracy(lg, batch, tasks.KIND_NEEDLE)
     assert out.outputs[0]["text"].startswith(f"indexer stage 1, k=8 (seed 0), 8 held-out sequences: needle "
                                              f"accuracy {acc:.2f} ({n} answers)")
+    # the report's sparse stage runs on ITS model (fine-tuned) with its indexers
+    selector.value = dsa.FT
+    check()
+    ft_model, ft, _ = real_load(store.CHECKPOINTS / "dsa" / "indexer" / "seed0", finetuned=True)
+    lg = np.stack([dsa.sparse_forward(ft_model, t, real_selector(ft, 8)) for t in batch.tokens])
+    acc, n = tasks.accuracy(lg, batch, tasks.KIND_NEEDLE)
+    assert f"needle accuracy {acc:.2f} ({n} answers)" in out.outputs[0]["text"]
+    assert all(np.array_equal(a.params["Wq"], b.params["Wq"]) for a, b in zip(chosen[-1], ft))
     k.value = 2
     check()
     seed.value = 2
     check()
-    assert sorted(loads) == [("seed0", 1), ("seed0", 2), ("seed2", 1), ("seed2", 2)]   # once per seed
-    assert len(w.redraw_seconds) == 9
+    assert sorted(map(str, loads)) == sorted(map(str, [("seed0", 1), ("seed0", 2), ("seed0", "2ft"), ("seed2", 1),
+                                                       ("seed2", 2), ("seed2", "2ft")]))   # once per seed
+    assert len(w.redraw_seconds) == 10
     # after the first load (of each seed), a redraw stays well under a second on 2 cores; loose bound for CI noise
     assert np.median(w.redraw_seconds[1:]) < 5.0, w.redraw_seconds
 

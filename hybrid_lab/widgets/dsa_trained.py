@@ -377,7 +377,9 @@ def explore(root=None):
     by (selector, k, seed)) next to the stored accuracy of that seed (64 other held-out sequences), and draws
     :func:`plot_selection_layers` for the example's first needle query (the needle's key and value shaded; the
     crosses are the chosen indexer's picks, none for dense, oracle and random). The model and its indexers are loaded
-    once per seed: both stages are stored in the checkpoint (``dsa.load_indexers(path, stage=1)`` and ``stage=2``).
+    once per seed: both stages are stored in the checkpoint (``dsa.load_indexers(path, stage=1)`` and ``stage=2``),
+    and the report's sparse stage, the model fine-tuned with its indexers (``finetuned=True``, selector ``dsa.FT``:
+    that selector runs on the fine-tuned model).
 
     Each redraw replaces the Output widget's ``outputs`` as a whole (see ``widgets/trained.py``). Returns a VBox
     ``[VBox(controls), Output]``; ``.redraw_seconds`` (a list) holds each redraw's wall time.
@@ -397,16 +399,18 @@ def explore(root=None):
             path = root / "dsa" / "indexer" / f"seed{seed}"
             model, stage2, meta = dsa.load_indexers(path, stage=2)
             _, stage1, _ = dsa.load_indexers(path, stage=1)
+            ft_model, ft, _ = dsa.load_indexers(path, stage=2, finetuned=True)
             runs[seed] = {"model": model, "meta": meta, "indexer stage 1": stage1, "indexer stage 2": stage2,
-                          "untrained indexer": _untrained(model, seed)}
+                          "untrained indexer": _untrained(model, seed), dsa.FT: ft, "finetuned model": ft_model}
         return runs[seed]
 
     def draw(selector, k, seed, example):
         run = load(seed)
+        model = run["finetuned model"] if selector == dsa.FT else run["model"]     # the sparse stage's own model
         key = (selector, None if selector == "dense" else k, seed)
         if key not in logits:
             sel = _selector(selector, k, seed, run.get(selector))
-            logits[key] = np.stack([dsa.sparse_forward(run["model"], t, sel) for t in batch.tokens])
+            logits[key] = np.stack([dsa.sparse_forward(model, t, sel) for t in batch.tokens])
         lg = logits[key]
         (na, nn), (la, ln) = (tasks.accuracy(lg, batch, kind) for kind in (tasks.KIND_NEEDLE, tasks.KIND_LOCAL))
         what = "dense (every key)" if selector == "dense" else f"{selector}, k={k}"
@@ -423,13 +427,13 @@ def explore(root=None):
             q = int(needles[0])
             d = int(batch.dist[example, q])
             ev = [q - d, q - d + 1]                            # the needle's key and value
-        shown = run.get(selector) if selector in RECALL_NAMES.values() else None
-        fig = plot_selection_layers(run["model"], shown, batch.tokens[example], k, q, evidence=ev,
+        shown = run.get(selector) if selector in (*RECALL_NAMES.values(), dsa.FT) else None
+        fig = plot_selection_layers(model, shown, batch.tokens[example], k, q, evidence=ev,
                                     title=f"example {example}, {what}")
         return text, fig
 
     controls = {
-        "selector": W.Dropdown(options=list(dsa.SELECTORS) + ["dense"], value="indexer stage 2",
+        "selector": W.Dropdown(options=list(dsa.SELECTORS) + [dsa.FT, "dense"], value="indexer stage 2",
                                description="selector"),
         "k": W.SelectionSlider(options=list(dsa.KS), value=8, description="k"),
         "seed": W.Dropdown(options=seeds, value=seeds[0], description="seed"),

@@ -5,7 +5,7 @@ A Triton kernel does not bounds-check, and an out-of-bounds access faults only w
 at other shapes it silently reads or corrupts memory. The kernel tests never reach a large Bt·H, so this test
 runs ``tests/sanitizer_cases.py`` (the kernels at those shapes) in a subprocess under the sanitizer and asserts its
 report is clean. Needs a CUDA GPU and compute-sanitizer on PATH (skipped otherwise); ~2-4 minutes per group on an
-H200 (the groups are independent processes: ``.devrun/gpu17c.sh`` runs them side by side).
+H200 (the groups are independent processes: they can run side by side).
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import numpy as np
 KERNELS = ("sparse_attention", "lightning_indexer", "fa_decode_topk", "selective_scan", "ssd_chunked",
            "block_sparse_attention")
 RESULTS = Path(__file__).resolve().parent / "results" / "h200.json"
+SASS = Path(__file__).resolve().parent / "results" / "sass_scan.json"     # python -m gpu_track.sass --json
 
 # The targets (issue 7, then issue 17): (kernel, phase, kind, threshold, arg).
 #   "frac_bw": the best row's frac_bw >= threshold (arg: None, or a shape dict the row must match);
@@ -219,3 +220,76 @@ def profile_summary(res) -> list:
             parts = [f"{label} {m[key]:.0f}" for key, label in PROFILE_FIELDS if isinstance(m.get(key), float)]
             lines.append(f"{case} / {name.split(':', 1)[-1][:28]}: " + ", ".join(parts))
     return lines
+
+
+def _profiled(res, case: str, kernel: str):
+    """The Nsight Compute metrics of one launch in the JSON's profile (None when not profiled)."""
+    for name, m in (res.get("profile") or {}).get("cases", {}).get(case, {}).items():
+        if name.split(":", 1)[-1].startswith(kernel):
+            return m
+    return None
+
+
+def issue_rate(res, clock_hz: float = 1.98e9) -> float:
+    """Thread-instructions per second the SMs can issue: 4 schedulers x 32 lanes per SM per clock."""
+    return 4 * 32 * (res.get("sms") or 132) * clock_hz
+
+
+def scan_limits(res, sass: dict | None = None) -> list:
+    """What limits the Mamba-1 scan prefill, from the JSON and the SASS table (``load_sass``): one line per row with
+    its exp/byte bound, then what the profile and the instruction count say. [] without prefill rows."""
+    rows = _rows(res, "selective_scan", "prefill")
+    lines = []
+    mix = {tuple(r["config"]): r for r in (sass or {}).get("selective_scan", [])}
+    for r in rows:
+        sh, c = r["shape"], r.get("config") or {}
+        n = sh["Bt"] * sh["L"] * sh["Dm"] * sh["N"]
+        key = (c.get("chunk"), c.get("block_d"), c.get("lanes_d"), c.get("num_warps"))
+        line = (f"{shape_str(sh)}: {r['ms']:.3f} ms against its bound {r['bound_ms']:.3f} ms "
+                f"({r['frac_of_bound']:.2f} of it)")
+        if key in mix:
+            per = mix[key]["per_element"]
+            issue_ms = n * per / issue_rate(res) * 1e3
+            line += (f"; config {key}: {per:.1f} instructions per element (1 of them the exp) -> "
+                     f"{issue_ms:.3f} ms at the full issue rate, the measured time is {r['ms'] / issue_ms:.1f}x that")
+        lines.append(line)
+    m = _profiled(res, "selective_scan_prefill", "_scan_kernel")
+    if m and rows:
+        nan = float("nan")
+        lines.append(f"profile at {shape_str(rows[0]['shape'])}: {m.get('active_warps_per_scheduler', nan):.2f} "
+                     f"warps per scheduler ({m.get('eligible_warps_per_scheduler', float('nan')):.2f} ready to issue), "
+                     f"issue slots busy {m.get('issue_slots_busy_pct', float('nan')):.0f}%, DRAM "
+                     f"{m.get('dram_pct_of_peak', float('nan')):.0f}% of peak, occupancy "
+                     f"{m.get('achieved_occupancy_pct', float('nan')):.0f}%")
+    elif rows:
+        lines.append("profile: not in this JSON")
+    return lines
+
+
+def ssd_limits(res) -> list:
+    """What limits the SSD prefill: per row the speedup over the fastest peer, the bytes the three-launch form
+    must move (x twice, y, the chunk states four times) at copy bandwidth against the time the 1.5x target asks;
+    then the profiled launches (share of the time, DRAM, registers, spills). [] without rows."""
+    lines = []
+    for r in _rows(res, "ssd_chunked", "prefill"):
+        name, peer_ms = best_peer(r)
+        sh = r["shape"]
+        x_bytes = sh["Bt"] * sh["L"] * sh["H"] * sh["P"] * 2
+        floor_ms = (r["bytes"] + x_bytes + r.get("states_bytes", 0)) / (res["copy_GBps"] * 1e9) * 1e3
+        lines.append(f"{shape_str(sh)}: {r['ms']:.3f} ms, {peer_ms / r['ms']:.2f}x the fastest peer ({name}); "
+                     f"the 1.5x target asks {peer_ms / 1.5:.3f} ms; this form's bytes alone take {floor_ms:.3f} ms")
+    prof = (res.get("profile") or {}).get("cases", {}).get("ssd_two_pass_b4", {})
+    total = sum(m.get("time_ns", 0.0) for m in prof.values()) or 1.0
+    for name, m in prof.items():
+        lines.append(f"  {name.split(':', 1)[-1]}: {m['time_ns'] / total:.0%} of the time, DRAM "
+                     f"{m.get('dram_pct_of_peak', float('nan')):.0f}% of peak, {m.get('regs_per_thread', 0):.0f} "
+                     f"registers, {m.get('spill_requests', 0):,.0f} local-memory spill requests, occupancy "
+                     f"{m.get('achieved_occupancy_pct', float('nan')):.0f}%")
+    return lines
+
+
+def load_sass(path=None) -> dict:
+    """The stored SASS instruction table (gpu_track/results/sass_scan.json), {} when absent."""
+    p = Path(path) if path is not None else SASS
+    return json.loads(p.read_text()) if p.exists() else {}
+

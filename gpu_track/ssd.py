@@ -73,38 +73,55 @@ def _ssd_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last
 
 
 @triton.jit
+def _group_head(g, hh, HEADS: tl.constexpr, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE: tl.constexpr):
+    """Head hh of group g, for kernels 1 and 3 (the last group may be partial): its index clamped into range (the
+    addresses stay valid), (Q,) and (BLOCK_P,) masks that are False past H (vectors: the interpreter wants no scalar
+    masks), its Δ over the chunk (0 past L or past H: no decay, no input) and c = cumsum(Δ·A_h).
+    Returns (hc, okq, okp, dt, c)."""
+    head = g * HEADS + hh
+    hc = tl.minimum(head, H - 1)
+    okq = (ar * 0 + head) < H
+    okp = (offs_p * 0 + head) < H
+    a_h = tl.load(A_ptr + hc).to(ACC_DTYPE)
+    dt = tl.load(dt_ptr + row * H + hc, mask=mask_t & okq, other=0.0).to(ACC_DTYPE)
+    return hc, okq, okp, dt, tl.cumsum(dt * a_h, 0)
+
+
+@triton.jit
 def _ssd_chunk_state_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, states_ptr, decay_ptr, L, H, P, N, n_chunks,
-                            Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr,
-                            DOT_PRECISION: tl.constexpr):
-    """Parallel form, kernel 1 of 3: every (sequence·head·chunk, P block, N block) at once. The state the chunk
-    alone leaves, from a zero start: S_j = Σ_t (Δx_t exp(c_Q - c_t))ᵀ B_t (one Q-deep dot), stored in the chunk's
-    slot of ``states`` (Bt·H, n_chunks, P, N); and the chunk's decay exp(c_Q) in ``decay`` (Bt·H, n_chunks).
-    x is loaded already transposed (BLOCK_P, Q) (no tl.trans in the kernel)."""
-    pid = tl.program_id(0)                                  # (b·H + head)·n_chunks + j
-    bh = pid // n_chunks
-    j = pid % n_chunks
-    b = bh // H
-    head = bh % H
+                            Q: tl.constexpr, HEADS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                            ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Parallel form, kernel 1 of 3: every (sequence·chunk·group of HEADS heads, P block, N block) at once. The
+    state each head's chunk alone leaves, from a zero start: S_j = Σ_t (Δx_t exp(c_Q - c_t))ᵀ B_t (one Q-deep dot),
+    stored in the chunk's slot of ``states`` (Bt·H, n_chunks, P, N); and the chunk's decay exp(c_Q) in ``decay``
+    (Bt·H, n_chunks). B is shared by every head: it is loaded once per program and reused for HEADS heads, whose
+    x and Δ loads the loop pipelines. x is loaded already transposed (BLOCK_P, Q) (no tl.trans in the kernel)."""
+    n_groups = tl.cdiv(H, HEADS)
+    pid = tl.program_id(0)                                  # (b·n_chunks + j)·n_groups + g: a chunk's heads adjacent
+    g = pid % n_groups
+    bj = pid // n_groups
+    j = bj % n_chunks
+    b = bj // n_chunks
     offs_p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_p, mask_n = offs_p < P, offs_n < N
-    a_h = tl.load(A_ptr + head).to(ACC_DTYPE)
     ar = tl.arange(0, Q)
     offs_t = j * Q + ar
     mask_t = offs_t < L
     row = b.to(tl.int64) * L + offs_t
-    dt = tl.load(dt_ptr + row * H + head, mask=mask_t, other=0.0).to(ACC_DTYPE)     # 0 past L: no decay, no input
-    c = tl.cumsum(dt * a_h, 0)
-    c_last = tl.sum(tl.where(ar == Q - 1, c, 0.0), 0)
-    x_t = tl.load(x_ptr + (row * H + head)[None, :] * P + offs_p[:, None], mask=mask_p[:, None] & mask_t[None, :],
-                  other=0.0)                                                           # (BP, Q) = xᵀ
-    w_t = (x_t.to(ACC_DTYPE) * (dt * tl.exp(tl.minimum(c_last - c, 0.0)))[None, :]).to(x_t.dtype)
     B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_t[:, None] & mask_n[None, :], other=0.0)
-    s = tl.dot(w_t, B_tile, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)     # (BP, BN)
-    srow = (pid.to(tl.int64) * P + offs_p)[:, None] * N + offs_n[None, :]
-    tl.store(states_ptr + srow, s.to(states_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
-    if (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
-        tl.store(decay_ptr + pid, tl.exp(c_last))
+    for hh in range(HEADS):
+        hc, okq, okp, dt, c = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
+        c_last = tl.sum(tl.where(ar == Q - 1, c, 0.0), 0)
+        x_t = tl.load(x_ptr + (row * H + hc)[None, :] * P + offs_p[:, None],
+                      mask=(mask_p & okp)[:, None] & mask_t[None, :], other=0.0)              # (BP, Q) = xᵀ
+        w_t = (x_t.to(ACC_DTYPE) * (dt * tl.exp(tl.minimum(c_last - c, 0.0)))[None, :]).to(x_t.dtype)
+        s = tl.dot(w_t, B_tile, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)     # (BP, BN)
+        slot = (b.to(tl.int64) * H + hc) * n_chunks + j
+        srow = (slot * P + offs_p)[:, None] * N + offs_n[None, :]
+        tl.store(states_ptr + srow, s.to(states_ptr.dtype.element_ty), mask=(mask_p & okp)[:, None] & mask_n[None, :])
+        if (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+            tl.store(decay_ptr + slot + ar * 0, tl.exp(c_last) + tl.zeros([Q], ACC_DTYPE), mask=(ar == 0) & okq)
 
 
 @triton.jit
@@ -138,51 +155,61 @@ def _ssd_state_pass_kernel(states_ptr, decay_ptr, h0_ptr, h_last_ptr, PN, n_chun
 
 @triton.jit
 def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, states_ptr, h0_ptr, y_ptr, L, H, P, N, n_chunks,
-                    HAS_D: tl.constexpr, HAS_H0: tl.constexpr, Q: tl.constexpr, BLOCK_P: tl.constexpr,
-                    BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Parallel form, kernel 3 of 3: every (sequence·head·chunk, P block) in parallel, from the state the previous
-    chunk ended with (slot j-1 of ``states``; h0 or zero for the first chunk):
+                    HAS_D: tl.constexpr, HAS_H0: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
+                    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr):
+    """Parallel form, kernel 3 of 3: every (sequence·chunk·group of HEADS heads, P block) in parallel, from the
+    state the previous chunk ended with (slot j-1 of ``states``; h0 or zero for the first chunk):
         y = ((C Bᵀ) ⊙ L) (Δ x) + exp(c) ⊙ (C h_startᵀ) + D x.
-    Bᵀ and h_startᵀ are loaded already transposed; every dot operand is in x's dtype (no tf32, no tl.trans)."""
-    pid = tl.program_id(0)
-    bh = pid // n_chunks
-    j = pid % n_chunks
-    b = bh // H
-    head = bh % H
+    B and C are shared by every head, so C Bᵀ (the largest dot, Q·Q·N) is computed once per program and reused for
+    HEADS heads; the loop over heads pipelines their x and state loads. Bᵀ and h_startᵀ are loaded already
+    transposed; every dot operand is in x's dtype (no tf32, no tl.trans)."""
+    n_groups = tl.cdiv(H, HEADS)
+    pid = tl.program_id(0)                                  # (b·n_chunks + j)·n_groups + g, as kernel 1
+    g = pid % n_groups
+    bj = pid // n_groups
+    j = bj % n_chunks
+    b = bj // n_chunks
     offs_p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     mask_p, mask_n = offs_p < P, offs_n < N
-    a_h = tl.load(A_ptr + head).to(ACC_DTYPE)
     ar = tl.arange(0, Q)
     offs_t = j * Q + ar
     mask_t = offs_t < L
     row = b.to(tl.int64) * L + offs_t
-    dt = tl.load(dt_ptr + row * H + head, mask=mask_t, other=0.0).to(ACC_DTYPE)
-    c = tl.cumsum(dt * a_h, 0)
-    xm = (row * H + head)[:, None] * P + offs_p[None, :]
-    x = tl.load(x_ptr + xm, mask=mask_t[:, None] & mask_p[None, :], other=0.0)               # (Q, BP)
     C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_t[:, None] & mask_n[None, :], other=0.0)
     B_t = tl.load(B_ptr + row[None, :] * N + offs_n[:, None], mask=mask_n[:, None] & mask_t[None, :], other=0.0)
-    u = x.to(ACC_DTYPE) * dt[:, None]
-    cb = tl.dot(C_tile, B_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)               # (Q, Q) = C Bᵀ
-    decay = tl.where(ar[:, None] >= ar[None, :], tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)
-    y = tl.dot((cb * decay).to(x.dtype), u.to(x.dtype), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    # (Q, Q) = C Bᵀ, kept for all HEADS heads in x's dtype (its product with the decay is rounded to that dtype for
+    # the next dot anyway)
+    cb = tl.dot(C_tile, B_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE).to(x_ptr.dtype.element_ty)
+    causal = ar[:, None] >= ar[None, :]
     mask_np = mask_n[:, None] & mask_p[None, :]
-    prev = tl.maximum(pid - 1, 0).to(tl.int64)                                   # slot j-1 (address kept in range)
     jv = tl.zeros([BLOCK_P], tl.int32) + j                                          # j as a vector, for the masks
-    h_t = tl.load(states_ptr + (prev * P + offs_p)[None, :] * N + offs_n[:, None], mask=mask_np & (jv > 0)[None, :],
-                  other=0.0).to(x.dtype)                                                       # (BN, BP) = h_startᵀ
-    if HAS_H0:
-        h0_t = tl.load(h0_ptr + (bh.to(tl.int64) * P + offs_p)[None, :] * N + offs_n[:, None], mask=mask_np & (jv == 0)[None, :],
-                       other=0.0)
-        h_t += h0_t.to(x.dtype)
-    y += tl.exp(c)[:, None] * tl.dot(C_tile, h_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
-    if HAS_D:
-        y += tl.load(D_ptr + head).to(ACC_DTYPE) * x.to(ACC_DTYPE)
-    tl.store(y_ptr + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_p[None, :])
+    for hh in range(HEADS):
+        hc, okq, okp, dt, c = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
+        xm = (row * H + hc)[:, None] * P + offs_p[None, :]
+        x = tl.load(x_ptr + xm, mask=mask_t[:, None] & (mask_p & okp)[None, :], other=0.0)       # (Q, BP)
+        u = x.to(ACC_DTYPE) * dt[:, None]
+        bh = b.to(tl.int64) * H + hc
+        prev = bh * n_chunks + tl.maximum(j - 1, 0)                                 # slot j-1 (address kept in range)
+        h_t = tl.load(states_ptr + (prev * P + offs_p)[None, :] * N + offs_n[:, None],
+                      mask=mask_np & ((jv > 0) & okp)[None, :], other=0.0).to(x.dtype)           # (BN, BP) = h_startᵀ
+        if HAS_H0:
+            h0_t = tl.load(h0_ptr + (bh * P + offs_p)[None, :] * N + offs_n[:, None],
+                           mask=mask_np & ((jv == 0) & okp)[None, :], other=0.0)
+            h_t += h0_t.to(x.dtype)
+        # the carried-state term first, then the intra-chunk dot accumulates onto it (one accumulator live)
+        y = tl.exp(c)[:, None] * tl.dot(C_tile, h_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+        decay = tl.where(causal, tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)
+        y = tl.dot((cb.to(ACC_DTYPE) * decay).to(x.dtype), u.to(x.dtype), y, input_precision=DOT_PRECISION,
+                   out_dtype=ACC_DTYPE)
+        if HAS_D:
+            y += tl.load(D_ptr + hc).to(ACC_DTYPE) * x.to(ACC_DTYPE)
+        tl.store(y_ptr + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & (mask_p & okp)[None, :])
 
 
-def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block=512, pass_chunks=8):
+def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block=512, pass_chunks=8,
+                   heads_per_program=8):
     """The torch wrapper's contract (shapes, dtypes, devices, launch limits); ValueError naming the argument."""
     check_tensor("x", x, (None,) * 4, doc="(Bt, L, H, P)")
     Bt, L, H, P = x.shape
@@ -202,9 +229,11 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
         check_tile("block_n_states", block_n_states)
         check_tile("pass_block", pass_block)
         check_tile("pass_chunks", pass_chunks, lo=1)
+        check_int("heads_per_program", heads_per_program, 1)
         check_index_space("h0", P * N, "one head's state (P·N)")             # the pass kernel's offsets are int32
         n_chunks = triton.cdiv(L, max(DOT_MIN, pow2(chunk)))
-        check_grid("x", (Bt * H * n_chunks, triton.cdiv(P, block_p), triton.cdiv(N, block_n_states)))
+        n_groups = triton.cdiv(H, min(heads_per_program, H)) if H else 0
+        check_grid("x", (Bt * n_chunks * n_groups, triton.cdiv(P, block_p), triton.cdiv(N, block_n_states)))
         check_grid("x", (Bt * H, triton.cdiv(P * N, pass_block), 1))
     else:
         check_grid("x", (Bt, H, triton.cdiv(P, block_p)))
@@ -212,7 +241,7 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
 
 def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int = 64, num_warps: int = 4,
                 out_dtype=None, num_stages: int = 2, two_pass: bool = False, block_n_states: int = 64,
-                states_dtype=None, pass_block: int = 512, pass_chunks: int = 8):
+                states_dtype=None, pass_block: int = 512, pass_chunks: int = 8, heads_per_program: int = 8):
     """x: (Bt, L, H, P); dt: (Bt, L, H); A: (H,); B, C: (Bt, L, N); D: (H,); h0: (Bt, H, P, N).
 
     Returns (y: (Bt, L, H, P), h_last: (Bt, H, P, N) float32/float64). y is float32 (float64 for float64 input)
@@ -225,12 +254,15 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
     (3) every chunk's output from the previous chunk's end state, all chunks at once. It writes and reads the
     chunk states (Bt·H·n_chunks·P·N in ``states_dtype``; default the accumulator's dtype; bf16 halves their
     bytes, as fla does) and needs no program to walk the sequence with tensor-core work: the better choice when
-    Bt·H is small against the GPU's SM count.
+    Bt·H is small against the GPU's SM count. Kernels (1) and (3) give each program ``heads_per_program`` heads of
+    one chunk: B and C are shared by all heads, so their tiles (and C Bᵀ in (3)) are loaded/computed once per
+    program instead of once per head.
 
     Natively, every dot dimension (chunk, block_p, N blocks) is at least ``common.DOT_MIN`` = 64 (smaller tiles are
     raised to it): Triton 3.6 on Hopper miscompiles 16/32-wide tiles in kernels with several dots (issue 17).
     """
-    check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block, pass_chunks)
+    check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block, pass_chunks,
+                   heads_per_program)
     Bt, L, H, P = x.shape
     N = B.shape[2]
     acc = acc_torch_dtype(x.dtype)
@@ -250,15 +282,17 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
         states = alloc((Bt * H, n_chunks, P, N), states_dtype or acc, x.device)
         decay = alloc((Bt * H, n_chunks), acc, x.device)
         bn = max(DOT_MIN, min(block_n_states, pow2(N)))
-        _ssd_chunk_state_kernel[(Bt * H * n_chunks, triton.cdiv(P, block_p), triton.cdiv(N, bn))](
-            x, dt, A, B, states, decay, L, H, P, N, n_chunks, BLOCK_P=block_p, BLOCK_N=bn, **meta)
+        hg = min(heads_per_program, H)
+        n_groups = triton.cdiv(H, hg)
+        _ssd_chunk_state_kernel[(Bt * n_chunks * n_groups, triton.cdiv(P, block_p), triton.cdiv(N, bn))](
+            x, dt, A, B, states, decay, L, H, P, N, n_chunks, HEADS=hg, BLOCK_P=block_p, BLOCK_N=bn, **meta)
         _ssd_state_pass_kernel[(Bt * H, triton.cdiv(P * N, pass_block))](
             states, decay, h0.contiguous() if h0 is not None else dummy, h_last, P * N, n_chunks,
             HAS_H0=h0 is not None, BLOCK=pass_block, KC=pass_chunks, ACC_DTYPE=meta["ACC_DTYPE"], num_warps=4)
-        _ssd_out_kernel[(Bt * H * n_chunks, triton.cdiv(P, block_p))](
+        _ssd_out_kernel[(Bt * n_chunks * n_groups, triton.cdiv(P, block_p))](
             x, dt, A, B, C, D.contiguous() if D is not None else dummy, states,
             h0.contiguous() if h0 is not None else dummy, y, L, H, P, N, n_chunks, HAS_D=D is not None,
-            HAS_H0=h0 is not None, BLOCK_P=block_p, BLOCK_N=pow2(N, DOT_MIN), **meta)
+            HAS_H0=h0 is not None, HEADS=hg, BLOCK_P=block_p, BLOCK_N=pow2(N, DOT_MIN), **meta)
         return y, h_last
     _ssd_kernel[(Bt, H, triton.cdiv(P, block_p))](
         x, dt, A, B, C, D.contiguous() if D is not None else dummy, h0.contiguous() if h0 is not None else dummy,

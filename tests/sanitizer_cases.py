@@ -36,7 +36,7 @@ def run_ssd(inputs, c, D=None, h0=None):
     x, dt, A, B, C = inputs
     return ssd.ssd_chunked(x, dt, A, B, C, D, h0, chunk=c[0], block_p=c[1], num_warps=c[2], num_stages=c[3],
                            out_dtype=BF16, two_pass=c[4], block_n_states=c[5], states_dtype=c[6], pass_block=c[7],
-                           pass_chunks=c[8])
+                           pass_chunks=c[8], heads_per_program=c[9])
 
 
 def ssd_group(two_pass, chunks=(64, 128)):
@@ -61,9 +61,9 @@ def scan_group():
         x, dt = rnd(Bt, L, Dm), torch.nn.functional.softplus(rnd(Bt, L, Dm, dtype=torch.float32) - 4).to(BF16)
         A = -torch.rand(Dm, N, device=DEV, generator=G) * 4 - 0.5
         B, C, D, h0 = rnd(Bt, L, N), rnd(Bt, L, N), rnd(Dm, dtype=torch.float32), rnd(Bt, Dm, N, dtype=torch.float32)
-        for v, ch, bd, nw in bench.SCAN_CANDIDATES:
+        for v, ch, bd, lanes, nw in bench.SCAN_CANDIDATES:
             selective_scan.selective_scan(x, dt, A, B, C, D, h0 if Bt < 4 else None, chunk=ch, block_d=bd,
-                                          num_warps=nw, out_dtype=BF16, variant=v)
+                                          lanes_d=lanes, num_warps=nw, out_dtype=BF16, variant=v)
         selective_scan.selective_scan_unfused(x, dt, A, B, C, D, h0, chunk=16, block_d=16, out_dtype=BF16)
         torch.cuda.synchronize()
     for Bt, Dm, N in ((3, 300, 16), (256, 5120, 16)):

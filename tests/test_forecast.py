@@ -232,7 +232,7 @@ def test_train_step_is_one_step_of_train_forecast():
         want_loss, want_grads = forecast_loss_and_grad(before, setup)
         loss, grads = train_step(params, setup, opt, max_norm=0.01)
         assert loss == want_loss and all(np.array_equal(grads[k], want_grads[k]) for k in grads)
-        norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+        norm = math.sqrt(math.fsum(float(np.sum(g * g)) for g in grads.values()))
         assert norm > 0.01                                        # so clipping is on
         assert not any(np.array_equal(params[k], before[k]) for k in params)
         hist.append(loss)

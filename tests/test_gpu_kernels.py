@@ -288,11 +288,14 @@ def _scan_inputs(case, seed):
 
 @pytest.mark.parametrize("case", SCAN_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("variant", ["chunked", "sequential"])
-def test_selective_scan_matches_twin(case, dtype, variant):
+@pytest.mark.parametrize("variant, tiles", [("chunked", {}), ("chunked", dict(chunk=8, block_d=16, lanes_d=4)),
+                                            ("chunked", dict(chunk=4, block_d=8, lanes_d=8, num_warps=1)),
+                                            ("sequential", {})])
+def test_selective_scan_matches_twin(case, dtype, variant, tiles):
+    """Every tiling agrees with the twin: lanes_d < block_d (channel groups in registers), lanes_d = block_d."""
     args = _scan_inputs(case, 11)
     targs = [None if a is None else as_t(a, dtype) for a in args]
-    y, h = selective_scan.selective_scan(*targs, variant=variant)
+    y, h = selective_scan.selective_scan(*targs, variant=variant, **tiles)
     rargs = [None if a is None else rounded(a, dtype) for a in args]
     ry, rh = ssm.ssm_scan(*rargs)
     assert rel_err(y, ry) < TOL[dtype] * 5 and rel_err(h, rh) < TOL[dtype] * 5
@@ -372,6 +375,21 @@ def test_ssd_parallel_state_pass_tiles(pass_block, pass_chunks):
             rng.standard_normal(H), rng.standard_normal((Bt, H, P, N)))
     y, h = ssd.ssd_chunked(*[as_t(a, torch.float64) for a in args], chunk=16, two_pass=True, pass_block=pass_block,
                            pass_chunks=pass_chunks)
+    ry, rh = ssm.ssd_scan(*args)
+    assert rel_err(y, ry) < 1e-10 and rel_err(h, rh) < 1e-10
+
+
+@pytest.mark.parametrize("heads_per_program", [1, 2, 3, 8])
+def test_ssd_parallel_heads_per_program(heads_per_program):
+    """Kernels 1 and 3 of the parallel form give a program several heads of one chunk (B, C and C Bᵀ shared): with
+    H = 5, groups of 2 and 3 leave a partial last group, 8 > H is one group. Equals the twin (float64)."""
+    Bt, L, H, P, N = 2, 50, 5, 12, 10
+    rng = np.random.default_rng(22)
+    args = (rng.standard_normal((Bt, L, H, P)), np.log1p(np.exp(rng.standard_normal((Bt, L, H)))),
+            -np.exp(rng.standard_normal(H)), rng.standard_normal((Bt, L, N)), rng.standard_normal((Bt, L, N)),
+            rng.standard_normal(H), rng.standard_normal((Bt, H, P, N)))
+    y, h = ssd.ssd_chunked(*[as_t(a, torch.float64) for a in args], chunk=32, two_pass=True,
+                           heads_per_program=heads_per_program)
     ry, rh = ssm.ssd_scan(*args)
     assert rel_err(y, ry) < 1e-10 and rel_err(h, rh) < 1e-10
 
@@ -605,6 +623,7 @@ def _scan_bad_cases():
         "int x": (lambda: ss(x.long(), dt, A, B, C), "x must have dtype"),
         "chunk": (lambda: ss(x, dt, A, B, C, chunk=12), "chunk must be a power of two"),
         "variant": (lambda: ss(x, dt, A, B, C, variant="parallel"), "variant"),
+        "lanes_d": (lambda: ss(x, dt, A, B, C, lanes_d=3), "lanes_d must be a power of two"),
         "unfused chunk": (lambda: selective_scan.selective_scan_unfused(x, dt, A, B, C, chunk=6), "chunk must be"),
         "step h": (lambda: st(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], D, h0[:, :3]), "h must have shape"),
         "step B": (lambda: st(x[:, 0], dt[:, 0], A, B, C[:, 0], D, h0), "B must have shape"),
@@ -626,6 +645,8 @@ def _ssd_bad_cases():
         "block_n_states": (lambda: sd(x, dt, A, B, C, two_pass=True, block_n_states=0), "block_n_states"),
         "pass_block": (lambda: sd(x, dt, A, B, C, two_pass=True, pass_block=100), "pass_block must be a power of two"),
         "pass_chunks": (lambda: sd(x, dt, A, B, C, two_pass=True, pass_chunks=3), "pass_chunks must be a power"),
+        "heads_per_program": (lambda: sd(x, dt, A, B, C, two_pass=True, heads_per_program=0),
+                              "heads_per_program must be an integer >= 1"),
         "chunk": (lambda: sd(x, dt, A, B, C, chunk=0), "chunk must be an integer >= 1"),
     }
 
@@ -659,10 +680,10 @@ def test_launch_limits_are_checked_before_launch():
     is allocated or launched (stride-0 views: no memory behind these shapes)."""
     def z(*shape):
         return torch.zeros(1, device=DEV, dtype=torch.float32).expand(*shape)
-    H = 2 ** 14                                   # 2^22 steps / 16 per chunk x 2^14 heads = 2^32 programs
+    H = 2 ** 16                                   # 2^22 steps / 64 per chunk (natively) x 2^16 heads = 2^32 programs
     with pytest.raises(ValueError, match="x: the launch grid's axis 0"):
         ssd.ssd_chunked(z(1, 2 ** 22, H, 16), z(1, 2 ** 22, H), z(H), z(1, 2 ** 22, 16), z(1, 2 ** 22, 16),
-                        chunk=16, two_pass=True)
+                        chunk=16, two_pass=True, heads_per_program=1)
     L = 2 ** 31
     with pytest.raises(ValueError, match="L: one sequence's time axis"):
         ssd.ssd_chunked(z(1, L, 1, 16), z(1, L, 1), z(1), z(1, L, 16), z(1, L, 16))

@@ -103,3 +103,47 @@ def test_table_and_bad_file(tmp_path):
         report.load_results(tmp_path / "missing.json")
     assert report.shape_str({"B": 64, "S": 131072, "dtype": "bf16"}) == "B=64 S=128K"
     assert np.isfinite(report.roof(_fake(), 3.0))
+
+
+def test_scan_limits_computes_the_issue_time_and_reads_the_profile():
+    """n elements x instructions per element / (4 x 32 lanes x SMs x 1.98 GHz) is the time at the full issue rate."""
+    row = {"kernel": "selective_scan", "phase": "prefill", "shape": {"Bt": 1, "L": 1024, "Dm": 64, "N": 16},
+           "ms": 2.0, "bytes": 1, "flops": 1, "frac_bw": 0.1, "frac_of_bound": 0.25, "bound_ms": 0.5, "peers": {},
+           "config": {"variant": "chunked", "chunk": 16, "block_d": 8, "lanes_d": 8, "num_warps": 1}}
+    res = _fake([row])
+    res["sms"] = 2
+    sass = {"selective_scan": [{"config": [16, 8, 8, 1], "per_element": 10.0}]}
+    lines = report.scan_limits(res, sass)
+    issue_ms = 1024 * 64 * 16 * 10.0 / (4 * 32 * 2 * 1.98e9) * 1e3
+    assert f"{issue_ms:.3f} ms at the full issue rate" in lines[0] and "(0.25 of it)" in lines[0]
+    assert lines[-1] == "profile: not in this JSON"
+    res["profile"] = {"cases": {"selective_scan_prefill": {"0:_scan_kernel": {
+        "active_warps_per_scheduler": 1.5, "eligible_warps_per_scheduler": 0.25, "issue_slots_busy_pct": 30.0,
+        "dram_pct_of_peak": 5.0, "achieved_occupancy_pct": 9.0}}}}
+    assert "1.50 warps per scheduler (0.25 ready to issue), issue slots busy 30%" in report.scan_limits(res, sass)[-1]
+    assert report.scan_limits(_fake(), sass) == []
+
+
+def test_ssd_limits_counts_the_three_launch_bytes_and_shares_the_profiled_time():
+    row = {"kernel": "ssd_chunked", "phase": "prefill", "shape": {"Bt": 1, "L": 100, "H": 2, "P": 5, "N": 3},
+           "ms": 2.0, "bytes": 1000.0, "flops": 1, "frac_bw": 0.1, "states_bytes": 500.0,
+           "peers": {"fla chunk_simple_gla": 3.0, "mamba x": 4.0}}
+    res = _fake([row])
+    res["profile"] = {"cases": {"ssd_two_pass_b4": {"0:_a": {"time_ns": 300.0}, "1:_b": {"time_ns": 100.0}}}}
+    lines = report.ssd_limits(res)
+    floor_ms = (1000.0 + 1 * 100 * 2 * 5 * 2 + 500.0) / (1000.0 * 1e9) * 1e3
+    assert "1.50x the fastest peer (fla chunk_simple_gla)" in lines[0] and "asks 2.000 ms" in lines[0]
+    assert f"take {floor_ms:.3f} ms" in lines[0]
+    assert lines[1].startswith("  _a: 75% of the time") and lines[2].startswith("  _b: 25% of the time")
+
+
+def test_stored_results_explain_every_missed_target():
+    """Issue 17: each missed target comes with its measured bound and what limits it (profile, instruction count)."""
+    res, sass = report.load_results(), report.load_sass()
+    missed = {t["kernel"] for t in report.check_targets(res) if not t["met"]}
+    if "selective_scan" in missed:
+        lines = report.scan_limits(res, sass)
+        assert any("instructions per element" in x for x in lines) and "warps per scheduler" in lines[-1]
+    if "ssd_chunked" in missed:
+        lines = report.ssd_limits(res)
+        assert any("_ssd_out_kernel" in x and "spill" in x for x in lines)

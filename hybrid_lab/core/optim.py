@@ -6,6 +6,8 @@ forward and backward passes that produced the gradients).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hybrid_lab.core import checks
@@ -30,7 +32,10 @@ def clip_grad_norm(grads: dict, max_norm: float) -> float:
     grads: a non-empty dict of float arrays; max_norm: a finite number > 0. NaN or inf in a gradient raises."""
     max_norm = checks.positive_number("max_norm", max_norm)
     _arrays("grads", grads, finite=False)          # the global norm below is the finiteness check
-    total = float(np.sqrt(sum(float(np.sum(g * g)) for g in grads.values())))
+    # math.fsum, not sum(): Python 3.12 made the built-in sum of floats compensated (Neumaier), so sum() gives a
+    # different last bit on 3.11 and 3.12, and a training run that clips diverges between them (issue 17: notebook
+    # 04 differed on a Python 3.12 host from step 13 on). fsum is exactly rounded: the same bits everywhere.
+    total = float(np.sqrt(math.fsum(float(np.sum(g * g)) for g in grads.values())))
     if not np.isfinite(total):
         raise ValueError(f"grads contain NaN or inf (global norm {total})")
     if total > max_norm:

@@ -5,6 +5,8 @@ dense warm-up and sparse stage), and the prefill speedup of DSA in closed form (
 Shapes are for one sequence (no batch axis), as the notebook states them."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hybrid_lab.costs import dsa_cost
@@ -178,7 +180,7 @@ def _step_case(rng, name, T=None, S=None, D=None, Hi=None, di=None, bias=True, p
         p = _target(rng, T, S, ps, zeros)
         k = topk(ps) if callable(topk) else topk
         _, g, _ = indexer_step_reference(P, xq, xk, p, ps, 0.1, None, stage, k)
-        norm = float(np.sqrt(sum(float(np.sum(a * a)) for a in g.values())))
+        norm = float(np.sqrt(math.fsum(float(np.sum(a * a)) for a in g.values())))
         if norm > 1e-3 and (not integer or same_keys or _relu_zero_matters(P, xq, xk, ps) >= 2):
             break                                                    # not every ReLU dead: a gradient to check
     lr = float(rng.uniform(0.05, 0.5)) if lr is None else lr

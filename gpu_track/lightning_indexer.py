@@ -35,14 +35,12 @@ VARIANTS = ("tile", "stream")
 
 
 @triton.jit
-def _indexer_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, q_pos_ptr, out_ptr, T, S,
-                    HI: tl.constexpr, DI: tl.constexpr,
-                    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-                    HAS_KSCALE: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    b = tl.program_id(0)
-    t0 = tl.program_id(1) * BLOCK_T
-    s0 = tl.program_id(2) * BLOCK_S
-    rows = tl.arange(0, BLOCK_T * BLOCK_H)          # row r = (query t0 + r // BLOCK_H, head r % BLOCK_H)
+def _query_tile(q_ptr, w_ptr, b, t0, T, HI: tl.constexpr, DI: tl.constexpr, BLOCK_T: tl.constexpr,
+                BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """The queries t0 .. t0 + BLOCK_T of sequence b, every index head, as BLOCK_T·BLOCK_H rows: row r is (query
+    t0 + r // BLOCK_H, head r % BLOCK_H). Returns (q: (rows, BLOCK_D), w: (rows,) head weights, 0 for padded
+    heads, offs_d, mask_d)."""
+    rows = tl.arange(0, BLOCK_T * BLOCK_H)
     tq = t0 + rows // BLOCK_H
     hj = rows % BLOCK_H
     mask_r = (tq < T) & (hj < HI)
@@ -51,6 +49,18 @@ def _indexer_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, q_pos_ptr, out_ptr, T, S,
     qrow = ((b * T + tq) * HI + hj).to(tl.int64)
     q = tl.load(q_ptr + qrow[:, None] * DI + offs_d[None, :], mask=mask_r[:, None] & mask_d[None, :], other=0.0)
     w = tl.load(w_ptr + qrow, mask=mask_r, other=0.0).to(ACC_DTYPE)        # padded heads weigh 0
+    return q, w, offs_d, mask_d
+
+
+@triton.jit
+def _indexer_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, q_pos_ptr, out_ptr, T, S,
+                    HI: tl.constexpr, DI: tl.constexpr,
+                    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+                    HAS_KSCALE: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    b = tl.program_id(0)
+    t0 = tl.program_id(1) * BLOCK_T
+    s0 = tl.program_id(2) * BLOCK_S
+    q, w, offs_d, mask_d = _query_tile(q_ptr, w_ptr, b, t0, T, HI, DI, BLOCK_T, BLOCK_H, BLOCK_D, ACC_DTYPE)
     offs_s = s0 + tl.arange(0, BLOCK_S)
     mask_s = offs_s < S
     krow = (b * S + offs_s).to(tl.int64)
@@ -79,16 +89,8 @@ def _indexer_stream_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, q_pos_ptr, out_ptr, T, S
     t0 = tl.program_id(1) * BLOCK_T
     lo = tl.program_id(2) * span
     hi = tl.minimum(lo + span, S)
-    rows = tl.arange(0, BLOCK_T * BLOCK_H)          # column r of the score tile = (query t0 + r // BLOCK_H, head)
-    tq = t0 + rows // BLOCK_H
-    hj = rows % BLOCK_H
-    mask_r = (tq < T) & (hj < HI)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < DI
-    qrow = ((b * T + tq) * HI + hj).to(tl.int64)
-    q = tl.load(q_ptr + qrow[:, None] * DI + offs_d[None, :], mask=mask_r[:, None] & mask_d[None, :], other=0.0)
-    qt = tl.trans(q)                                                        # (BLOCK_D, rows), loaded once
-    w = tl.load(w_ptr + qrow, mask=mask_r, other=0.0).to(ACC_DTYPE)        # padded heads weigh 0
+    q, w, offs_d, mask_d = _query_tile(q_ptr, w_ptr, b, t0, T, HI, DI, BLOCK_T, BLOCK_H, BLOCK_D, ACC_DTYPE)
+    qt = tl.trans(q)                                # (BLOCK_D, rows): column r of the score tile is query row r
     offs_t = t0 + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     qpos = tl.load(q_pos_ptr + offs_t, mask=mask_t, other=-1)

@@ -54,6 +54,9 @@ EXAMPLES = 2                    # hypothesis examples per callable; each runs ev
 # 10 s limit times the calls and not a cold import on a busy machine
 with contextlib.suppress(ImportError):
     import torch  # noqa: F401
+    # and gpu_track before anything imports triton (torch._dynamo does, at dsa.finetune_sparse's first AdamW step):
+    # without a GPU it must set TRITON_INTERPRET first, or backend_swap.run_demo's import of it raises RuntimeError
+    import gpu_track  # noqa: F401
 CALL_TIMEOUT_S = 10.0           # a mutated call that runs longer is reported as a hang
 LAYERS = ("core", "ops", "costs", "models", "serving", "widgets", "trained")   # course/ is tooling: not tested here
 # Modules of the layers that are not scanned (fnmatch patterns -> why); they are not imported by the discovery.
@@ -432,6 +435,7 @@ class SeededDraw:
 class Entry:
     make: callable                      # rng -> {arg: value}; "self" (Fixed) for a method, "*args" (Fixed tuple)
     defaults: bool = True               # merge the callable's non-None defaults (so they are mutated too)
+    timeout_s: float = CALL_TIMEOUT_S   # a call that runs longer is a hang (raised only for a slow baseline)
 
 
 TABLE: dict[str, Entry] = {}   # "module.function", "module.Class" (its constructor) or "module.Class.method"
@@ -1887,6 +1891,17 @@ TABLE[f"{W}.dsa_trained.plot_block_accuracy"] = Entry(lambda r: dict(res=Custom(
         "mean": 2.0, "std": 0.0}}}}, "nan_std": {"sparda": {"accuracy": {"oracle k=1 needle": {"mean": 0.5,
                                                                                              "std": math.nan}}}}}),
     kind=Choice("needle")))
+TABLE[f"{W}.dsa_trained.block_table"] = Entry(lambda r: dict(
+    res=Custom({"sparda": {"accuracy": {f"{s} k={k} needle": {"mean": 0.5, "std": 0.1} for s in ("oracle", "infllm")
+                                        for k in (1, 2)}}},
+               {"no_sparda": {"dsa": {}}, "a_list": [1],
+                "bad_mean": {"sparda": {"accuracy": {"oracle k=1 needle": {"mean": 2.0, "std": 0.0}}}},
+                "nan_std": {"sparda": {"accuracy": {"oracle k=1 needle": {"mean": 0.5, "std": math.nan}}}}}),
+    reads=Custom({1: np.array([2, 3, 3]), 2: np.array([2, 4, 4])},
+                 {"empty": {}, "a_list": [np.array([3])], "zero_k": {0: np.array([2])}, "str_k": {"1": np.array([2])},
+                  "negative_count": {1: np.array([-1])}, "float_counts": {1: np.array([2.5])},
+                  "no_counts": {1: np.array([], np.int64)}}),
+    kind=Choice("needle"), n_blocks=Size(16)))
 TABLE[f"{W}.dsa_trained.plot_recall"] = Entry(lambda r: dict(res=_dsa_res_cases(), k=Size(8), seq_len=Size(16)))
 TABLE[f"{W}.dsa_trained.random_model_entropy"] = Entry(lambda r: dict(T=Size(16), seed=Count(0)))
 TABLE[f"{W}.dsa_trained.plot_entropy"] = Entry(lambda r: dict(
@@ -1972,6 +1987,12 @@ TABLE[f"{T_}.dsa.finetune_sparse"] = Entry(lambda r: dict(      # one step on on
     lr_indexer=Real(3e-3), seed=Count(0), show_progress=Fixed(False)))
 TABLE[f"{T_}.dsa.attention_entropy_rows"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
                                                                  min_visible=Size(16)))
+TABLE[f"{T_}.dsa.previous_token_share"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d()))
+# eval_tokens is not mutated: a bad one is refused only after both trainings, by indexer_recall, whose message names
+# "tokens" (not eval_tokens)
+TABLE[f"{T_}.dsa.rope_ablation"] = Entry(lambda r: dict(       # one step per arm on one sequence: milliseconds
+    model=_dense_stack_cases(), train_tokens=_tokens_2d(1), eval_tokens=Fixed(needle_batch().tokens.copy()),
+    steps=Size(1), lr=Real(1e-2), k=Size(4), rope_dims=Size(8)))
 
 
 def _stage_indexers(**kw):
@@ -1985,11 +2006,14 @@ TABLE[f"{T_}.dsa.evaluate_selectors"] = Entry(lambda r: dict(      # k = 2 only:
         "not_a_dict": _indexers(), "missing_stage": {k: v for k, v in _stage_indexers().items() if "2" not in k},
         "wrong_width": _stage_indexers(d_model=16), "not_indexers": dict(_stage_indexers(), **{"indexer stage 1": "a"})}),
     ks=(2,), seed=Count(0)))
-TABLE[f"{T_}.dsa.run_experiment"] = Entry(lambda r: dict(   # quick: 60 steps on the stored dense model, about 2 s
+# quick: 62 steps on the stored dense model, then 2 x 21 sparse evaluations of 8 sequences: 19-31 s measured on a
+# 2-core machine shared with other test runs (the bad inputs are refused before any training)
+TABLE[f"{T_}.dsa.run_experiment"] = Entry(lambda r: dict(
     out=Custom(os.path.join(_tmpdir(), "dsa_run"), {"a_number": 3, "a_list": ["out"]}),
     seeds=Custom((0,), {"empty": (), "a_number": 0, "negative": (-1,), "float": (0.5,), "nan": (math.nan,),
                         "a_string": ("0",), "not_stored": (7,)}),
-    quick=Custom(True, {"a_string": "yes", "a_number": 3}), command=Custom("bad-input test", {"a_number": 3})))
+    quick=Custom(True, {"a_string": "yes", "a_number": 3}), command=Custom("bad-input test", {"a_number": 3})),
+    timeout_s=120.0)
 
 # --- trained.sparda (the same dense Stack: T = 32 tokens = 4 blocks of 8, so at most k = 2 top blocks)
 TABLE[f"{T_}.sparda.block_selection"] = Entry(lambda r: dict(model=_dense_stack_cases(), i=Index(1, hi=2),
@@ -2001,6 +2025,29 @@ TABLE[f"{T_}.sparda.blocks_to_positions"] = Entry(lambda r: dict(
 TABLE[f"{T_}.sparda.block_selector"] = Entry(lambda r: dict(model=_dense_stack_cases(), kind=Choice("infllm"),
                                                             k=Size(1)))
 TABLE[f"{T_}.sparda.block_recall"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(), k=Size(1)))
+TABLE[f"{T_}.sparda.teacher_selection"] = Entry(lambda r: dict(model=_dense_stack_cases(), i=Index(1, hi=2),
+                                                                x=Arr(N(r, 32, 8), free=(0,)), k=Size(1),
+                                                                teacher=Choice("fine")))
+TABLE[f"{T_}.sparda.blocks_read"] = Entry(lambda r: dict(
+    block_idx=IntArr(np.array([[0, -1, -1], [0, 1, -1], [0, 2, 1], [0, 3, 0]]), lo=-1, free=(0, 1))))
+allow(f"{T_}.sparda.blocks_read", "block_idx", "extra_axis", "documented: block_idx (..., nb), any leading axes")
+allow(f"{T_}.sparda.blocks_read", "block_idx", "missing_axis", "documented: block_idx (nb,) is one query's blocks")
+TABLE[f"{T_}.sparda.position_reads"] = Entry(lambda r: dict(T=Size(32), k=Size(1)))
+def _heads_cases_named():
+    """_heads_cases without "wrong_width": query_reads and block_accuracy refuse heads of the wrong width only deep in
+    the forecast maths ("shapes disagree: x_src ..."), naming none of their own arguments."""
+    c = _heads_cases()
+    return Custom(c.v, {k: v for k, v in c.bad.items() if k != "wrong_width"})
+
+
+TABLE[f"{T_}.sparda.query_reads"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(), k=Size(1),
+                                                         kind=Choice("forecast"), params=_heads_cases_named()))
+# data: a batch with a token out of the vocab is refused, but as "tokens" (not data): not listed here
+TABLE[f"{T_}.sparda.block_accuracy"] = Entry(lambda r: dict(
+    model=_dense_stack_cases(),
+    data=Custom(needle_batch(), {"not_a_batch": needle_batch().tokens, "a_string": "batch"}),
+    kind=Choice("forecast"), k=Size(1), params=_heads_cases_named()))
+SKIP[f"{T_}.sparda.reported_teacher_ablation"] = "no arguments: prints the paper's reported Table 6 (a constant)"
 TABLE[f"{T_}.sparda.decode_trace"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_1d(),
                                                           kind=Choice("infllm"), k=Size(1), start=Index(8, hi=32)))
 TABLE[f"{T_}.sparda.replay_layers"] = Entry(lambda r: dict(trace=Custom(
@@ -2244,9 +2291,95 @@ def _ledger_configs():
 
 
 TABLE[f"{T_}.report.ledger_rows"] = Entry(lambda r: dict(configs=_ledger_configs(), contexts=(16, 64)))
-TABLE[f"{T_}.report.why_hybrids_rows"] = Entry(lambda r: dict(res=_report_res_cases(), setting=Choice("pairs=32")))
 TABLE[f"{T_}.report.why_hysparse2_rows"] = Entry(lambda r: dict(res=_report_res_cases(), far=Choice("needle d=64-128"),
                                                                 near=Choice("needle d=0-16")))
+
+
+def _per_seed_res_cases():
+    """The results dict and the bad ones per_seed reads (per-seed lists; not the mean / std stats). Not listed: a
+    model without "seeds" (KeyError 'seeds' in report.per_seed)."""
+    return Custom(report_res(), {
+        "not_a_dict": [report_res()], "empty": {}, "no_models": {"mqar": {"models": {}}, "retrieval": {"models": {}}},
+        "no_accuracy": _map_models(lambda info: {k: v for k, v in info.items() if k != "accuracy"}),
+        "no_per_seed": _map_models(lambda info: {k: v for k, v in info.items() if k != "per_seed"}),
+        "str_per_seed": _map_models(lambda info: dict(info, per_seed={s: ["0.5"] for s in info["per_seed"]})),
+        "empty_per_seed": _map_models(lambda info: dict(info, per_seed={s: [] for s in info["per_seed"]}))})
+
+
+TABLE[f"{T_}.report.per_seed"] = Entry(lambda r: dict(res=_per_seed_res_cases(), exp=Choice("mqar"),
+                                                      model=Choice("dense"), setting=Choice("pairs=2"),
+                                                      split=Choice("test")))
+# why_hybrids_rows decides from the per-seed accuracies (report.per_seed), not from the mean / std stats
+TABLE[f"{T_}.report.why_hybrids_rows"] = Entry(lambda r: dict(res=_per_seed_res_cases(), setting=Choice("pairs=32")))
+TABLE[f"{T_}.report.mqar_chance"] = Entry(lambda r: dict(setting=Custom("pairs=4", {
+    "unknown": "needle", "zero_pairs": "pairs=0", "a_number": 4, "float_pairs": "pairs=2.5"})))
+TABLE[f"{T_}.report.pick_any_chance"] = Entry(lambda r: dict(batch=_batch_cases(), kind=Custom(2, {
+    "unknown_kind": 9, "a_string": "needle", "absent_kind": 1, "float": 2.5})))
+TABLE[f"{T_}.report.seed_rows"] = Entry(lambda r: dict(
+    res=_per_seed_res_cases(),
+    exp=Choice("mqar"), models=Custom(["dense", "mamba2"], {"empty": [], "a_string": "dense", "unknown": ["gpt"],
+                                                             "not_names": [3]}),
+    settings=Custom(["pairs=2", "pairs=32"], {"empty": [], "a_string": "pairs=2", "unknown": ["pairs=7"]}),
+    learn=Choice("pairs=2"), level=Real(0.9)))
+# The probe tables over the stored checkpoints. Not listed (not refused with ValueError yet, report.py): for
+# mqar_probe_rows a models string / unknown model and any seeds that select no stored seed (empty, 99, -1, "0")
+# return [], seeds 0 (not a list) and a str root raise TypeError; for retrieval_probe_rows a str root raises
+# TypeError, and an unknown model / unstored seed is refused by store ("path: no checkpoint ...", not the argument).
+TABLE[f"{T_}.report.mqar_probe_rows"] = Entry(lambda r: dict(     # one stored seed, one sequence per pair count
+    models=Custom(("dense",), {"empty": (), "not_names": (3,)}), seeds=Fixed((0,)), n=Size(1), root=Fixed(None)))
+TABLE[f"{T_}.report.retrieval_probe_rows"] = Entry(lambda r: dict(   # one stored model, two needle sequences
+    models=Custom(("hysparse2",), {"empty": (), "not_names": (3,)}),
+    seed=Custom(0, {"negative": -1, "float": 0.5, "a_string": "0"}), n=Size(2), root=Fixed(None)))
+
+
+# --- trained.stats (per-seed accuracies: a clear win of a over b, 10 seeds each)
+_ACC_A = [0.95 + 0.004 * i for i in range(10)]
+_ACC_B = [0.55 + 0.03 * i for i in range(10)]
+TABLE[f"{T_}.stats.wilson"] = Entry(lambda r: dict(k=Count(3), n=Size(10)))
+TABLE[f"{T_}.stats.first_step"] = Entry(lambda r: dict(eval_steps=IntArr(np.array([0, 100, 200]), lo=0),
+                                                       curve=Arr(np.array([0.1, 0.5, 0.95])), level=Real(0.9)))
+TABLE[f"{T_}.stats.summarize"] = Entry(lambda r: dict(acc=Seq([0.95, 0.2, 0.91]), steps=Seq([300, 400, 500])))
+TABLE[f"{T_}.stats.compare"] = Entry(lambda r: dict(a=Seq(list(_ACC_A)), b=Seq(list(_ACC_B)), chance=Real(0.3),
+                                                    expect=Choice("better"), n_perm=Size(200)))
+TABLE[f"{T_}.stats.verdict_from_means"] = Entry(lambda r: dict(better=(0.9, 0.02), worse=(0.5, 0.05),
+                                                               expect=Choice("better"), chance=Real(0.3),
+                                                               n_seeds=Size(10)))
+allow(f"{T_}.stats.*", "chance", "zero", "chance 0 is a valid chance line")
+
+
+# --- trained.probes (the table's HySparse2 with the tasks' vocabulary; the needle batch of trained.tasks above)
+def _probe_model_cases():
+    return Custom(hs2_vocab_model(), {"not_a_model": "model", "a_config": hs2_vocab_model().cfg})
+
+
+TABLE[f"{T_}.probes.layer_names"] = Entry(lambda r: dict(model=_probe_model_cases()))
+TABLE[f"{T_}.probes.cross_fa_layers"] = Entry(lambda r: dict(model=_probe_model_cases()))
+TABLE[f"{T_}.probes.attention_probs"] = Entry(lambda r: dict(
+    model=_probe_model_cases(), tokens=IntArr(np.array([1, 2, 3, 4, 5]), hi=256, lo=0, free=(0,)),
+    branch=Choice("main")))
+TABLE[f"{T_}.probes.previous_token_scores"] = Entry(lambda r: dict(
+    model=_probe_model_cases(), tokens=IntArr(np.array([[1, 2, 3, 4], [5, 6, 7, 8]]), hi=256, lo=0, free=(0, 1)),
+    branch=Choice("main")))
+allow(f"{T_}.probes.previous_token_scores", "tokens", "missing_axis", "documented: tokens (T,) is one sequence")
+TABLE[f"{T_}.probes.mqar_value_positions"] = Entry(lambda r: dict(batch=Custom(
+    resolve(f"{T_}.tasks.mqar")(2, 32, 4, seed=0), {"not_a_batch": needle_batch().tokens, "a_string": "batch"})))
+TABLE[f"{T_}.probes.needle_mass"] = Entry(lambda r: dict(
+    model=_probe_model_cases(), batch=_batch_cases(), layer=Index(len(hs2_vocab_model().cfg.layers) - 1,
+                                                                  hi=len(hs2_vocab_model().cfg.layers))))
+TABLE[f"{T_}.probes.answer_breakdown"] = Entry(lambda r: dict(logits=N(r, 2, 32, needle_vocab()),
+                                                              batch=_batch_cases(), kind=2))
+
+
+# --- trained.ensemble: the vmapped training of hybrid-lab train (torch, seconds to minutes per call)
+SKIP[f"{T_}.ensemble.train_ensemble"] = ("trains torch models (needs torch; seconds per call); tested in "
+                                         "tests/test_trained_ensemble.py against torch.optim.AdamW")
+SKIP[f"{T_}.ensemble.deterministic"] = "takes the torch module and sets its global flags (needs torch)"
+SKIP[f"{T_}.ensemble.code_version"] = (
+    "no input checks yet (root 3 -> TypeError, a folder without the sources -> FileNotFoundError, extra 3 -> "
+    "AttributeError); ensemble.py may not be edited in this change. Its hash and its three properties are tested in "
+    "tests/test_trained_ensemble.py")
+SKIP[f"{T_}.ensemble.versions"] = ("takes the torch module (needs torch): a record of library versions and the "
+                                   "code_version")
 
 
 # --- widgets.backend_swap: the numpy/Triton comparison demos (notebook cells)
@@ -2300,16 +2433,16 @@ class Hang(Exception):
 
 
 @contextlib.contextmanager
-def _quiet_call():
+def _quiet_call(timeout_s=CALL_TIMEOUT_S):
     """A time limit (a mutated size can make a loop endless), no progress bars, warnings off (a bad input must
     raise, a warning does not count either way)."""
     def on_alarm(*_):
-        raise Hang(f"no answer within {CALL_TIMEOUT_S} s")
+        raise Hang(f"no answer within {timeout_s} s")
 
     old_env = os.environ.get("HYBRID_LAB_PROGRESS")
     os.environ["HYBRID_LAB_PROGRESS"] = "0"
     old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, CALL_TIMEOUT_S)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -2325,12 +2458,12 @@ def _quiet_call():
             sys.modules["matplotlib.pyplot"].close("all")
 
 
-def call(fn, kwargs):
+def call(fn, kwargs, timeout_s=CALL_TIMEOUT_S):
     kwargs = dict(kwargs)
     args = tuple(kwargs.pop("*args", ()))
     if "self" in kwargs:
         args = (kwargs.pop("self"),) + args
-    with _quiet_call():
+    with _quiet_call(timeout_s):
         return fn(*args, **kwargs)
 
 
@@ -2348,7 +2481,7 @@ def run_case(name, fn, entry, arg, label, d, messages=None):
     kwargs = {k: a.v for k, a in kinds.items()}
     kwargs[arg] = bad
     try:
-        result = call(fn, kwargs)
+        result = call(fn, kwargs, entry.timeout_s)
     except ValueError as e:
         if messages is not None:
             messages.append((arg, label, str(e)))
@@ -2460,7 +2593,7 @@ def _table_ids():
 def test_baseline_call_works(name):
     """The baseline must be a valid call, or the mutations below test nothing."""
     fn = resolve(name)
-    call(fn, {k: a.v for k, a in baseline(name, fn, TABLE[name]).items()})
+    call(fn, {k: a.v for k, a in baseline(name, fn, TABLE[name]).items()}, TABLE[name].timeout_s)
 
 
 @pytest.mark.parametrize("name", _table_ids())
@@ -2497,7 +2630,7 @@ def survey(names=None, unnamed=None):
             out.setdefault(name.rsplit(".", 1)[0], []).append((name, "(lookup)", "-", f"{type(e).__name__}: {e}"))
             continue
         try:
-            call(fn, {k: a.v for k, a in baseline(name, fn, TABLE[name]).items()})
+            call(fn, {k: a.v for k, a in baseline(name, fn, TABLE[name]).items()}, TABLE[name].timeout_s)
         except Exception as e:  # noqa: BLE001
             out.setdefault(name.rsplit(".", 1)[0], []).append((name, "(baseline)", "-", f"{type(e).__name__}: {e}"))
             continue

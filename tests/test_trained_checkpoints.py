@@ -1,9 +1,11 @@
-"""The stored checkpoints of issue 15: numpy inference equals torch training, results.json is what the checkpoints
-say, the trained HySparse2 keeps its exact early exit, and a CPU smoke run of ``hybrid-lab train --quick`` learns and
-round-trips through the numpy model."""
+"""The stored checkpoints: numpy inference equals torch training, every stored test accuracy comes back when the numpy
+model re-scores the checkpoint's weights, each checkpoint was trained by the committed code (its code version),
+results.json is what the checkpoints say, the trained HySparse2 keeps its exact early exit, and the CPU runs of
+``hybrid-lab train --quick`` work (MQAR's learns; retrieval's is a smoke run)."""
 import json
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
@@ -42,7 +44,7 @@ def test_checkpoints_are_small_fp16_with_config_seed_log_command():
         assert len(meta["log"]["loss"]) > 10 and meta["log"]["eval"]
         cfg = fam.config_from_json(meta["model_config"])
         assert fam.n_params(cfg) == meta["n_params"]
-    assert total <= 20 * 2 ** 20
+    assert total <= 40 * 2 ** 20
 
 
 @pytest.mark.parametrize("path", CKPTS, ids=_name)
@@ -72,17 +74,60 @@ def test_results_json_is_the_aggregate_of_the_checkpoints(tmp_path):
     assert again == report.load_results()
 
 
-@pytest.mark.parametrize("exp, model, seed", [("retrieval", "hysparse2", 1), ("mqar", "mamba2_hybrid", 0),
-                                              ("retrieval", "swa", 2)])
-def test_numpy_evaluation_reproduces_the_stored_gpu_accuracy(exp, model, seed):
-    m, meta = train.load_checkpoint(train.CHECKPOINTS / exp / model / f"seed{seed}")
+def _rescore(path):
+    """The test accuracies of one checkpoint, computed again by its numpy model from its fp16 weights."""
+    exp = path.parent.parent.name
+    m, meta = train.load_checkpoint(path)
     got = train.evaluate(lambda t: fam.numpy_logits(m, t), train.eval_sets(train.EXPERIMENTS[exp]))
-    for k, v in meta["final"].items():
-        assert abs(got[k] - v) <= 0.01, (k, got[k], v)
+    return {k: abs(got[k] - v) for k, v in meta["final"].items()}
 
 
-def test_quick_training_learns_and_round_trips_through_numpy(tmp_path):
-    """The CI smoke test: two families, a few dozen steps on the CPU (hybrid-lab train --quick)."""
+def test_numpy_rescoring_of_every_checkpoint_gives_its_stored_accuracy():
+    """Every stored checkpoint's test accuracies, re-scored from its weights (not the numbers saved beside them).
+    New checkpoints were scored from the same fp16 weights (torch, GPU): equal up to the 4-decimal rounding; the
+    retrieval checkpoints of the earlier training loop were scored from float32 weights: within 0.01."""
+    with ProcessPoolExecutor(2) as ex:                            # CI has 2 cores; ~10 minutes in all
+        diffs = dict(zip(CKPTS, ex.map(_rescore, CKPTS)))
+    for p, d in diffs.items():
+        meta = json.loads(p.with_suffix(".json").read_text())
+        tol = 1e-4 if "versions" in meta else 0.01
+        assert max(d.values()) <= tol, (_name(p), d)
+
+
+def test_every_checkpoint_was_trained_by_the_committed_code():
+    """Each checkpoint stores the code version of what trained it (the training sources' code, its experiment and
+    model specs): it must equal the committed code's. The retrieval experiment predates code versions (trained by
+    the earlier per-process loop, not yet retrained): listed, so a new unversioned checkpoint fails too."""
+    from hybrid_lab.trained import ensemble
+
+    unversioned = set()
+    for p in CKPTS:
+        meta = json.loads(p.with_suffix(".json").read_text())
+        if "versions" not in meta:
+            unversioned.add(p.parent.parent.name)
+            continue
+        exp = train.EXPERIMENTS[meta["experiment"]]
+        want = ensemble.code_version(train.training_text(exp, meta["model"]))
+        assert meta["versions"]["code_version"] == want, (
+            f"{_name(p)} was trained by code version {meta['versions']['code_version']}, the committed code is "
+            f"{want}: retrain it (hybrid-lab train {exp.name} --models {meta['model']})")
+        assert meta["train"]["lr"] in exp.lrs and meta["train"]["steps"] == exp.steps
+    assert unversioned <= {"retrieval"}
+
+
+def test_mqar_protocol_equal_parameters_tokens_and_a_validation_choice():
+    res = report.load_results()["mqar"]
+    counts = [info["n_params"] for info in res["models"].values()]
+    assert max(counts) / min(counts) - 1 <= 0.02
+    for m, info in res["models"].items():
+        sweep = json.loads((train.CHECKPOINTS / "mqar" / m / "sweep.json").read_text())
+        assert sweep["chosen"] == info["lr"] == max(sweep["lrs"], key=lambda lr: (sweep["val_score"][str(lr)], -lr))
+        assert sorted(info["seeds"]) == list(range(10))
+
+
+def test_quick_retrieval_smoke_run_round_trips_through_numpy(tmp_path):
+    """The retrieval smoke run (hybrid-lab train retrieval --quick): two families, 150 steps on the CPU; the loss
+    falls and the numpy model gives the torch model's logits."""
     exp = train.quick(train.EXPERIMENTS["retrieval"], ["hysparse2", "hybrid_swa"])
     train.run_jobs([(exp, exp.models)], tmp_path, jobs=1, device="cpu", command="test")
     for m in exp.models:
@@ -97,8 +142,18 @@ def test_quick_training_learns_and_round_trips_through_numpy(tmp_path):
     assert set(json.loads((tmp_path / "results.json").read_text())["retrieval"]["models"]) == set(exp.models)
 
 
+def test_quick_mqar_run_learns_the_task_on_the_cpu(tmp_path):
+    """hybrid-lab train mqar --quick: a small real result in a few CPU minutes (the hybrid, 2 seeds, 2-4 pairs)."""
+    exp = train.quick(train.EXPERIMENTS["mqar"])
+    assert exp.models == ("mamba2_hybrid",)
+    train.run_jobs([(exp, exp.models)], tmp_path, jobs=2, device="cpu", command="test")
+    for s in exp.seeds:
+        meta = json.loads((tmp_path / "mqar" / "mamba2_hybrid" / f"seed{s}.json").read_text())
+        assert min(meta["final"].values()) >= 0.9, meta["final"]
+
+
 def test_the_command_line(tmp_path):
-    cmd = [sys.executable, "-m", "hybrid_lab.course", "train", "mqar", "--quick", "--models", "dense",
+    cmd = [sys.executable, "-m", "hybrid_lab.course", "train", "mqar", "--quick", "--models", "dense", "--steps", "20",
            "--out", str(tmp_path)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

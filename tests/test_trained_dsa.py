@@ -49,10 +49,17 @@ def test_rope_lets_the_indexer_learn_a_positional_head():
     model, _ = train.load_checkpoint(DENSE)
     tr = tasks.mix(8, 128, seed=50_000, n_local=4).tokens
     ev = tasks.mix(4, 128, seed=tasks.EVAL_SEED + 1, n_local=4).tokens
-    with_rope, _ = dsa.train_layer_indexers(model, tr, steps=120, lr=1e-2, rope_dims=8)
-    without, _ = dsa.train_layer_indexers(model, tr, steps=120, lr=1e-2, rope_dims=0)
-    r1, r0 = dsa.indexer_recall(model, with_rope, ev, 8), dsa.indexer_recall(model, without, ev, 8)
-    assert r1[1] > r0[1] + 0.3, (r1, r0)
+    r = dsa.rope_ablation(model, tr, ev, steps=120, lr=1e-2, k=8, rope_dims=8)
+    assert sorted(r) == ["kl no rope", "kl rope", "recall no rope", "recall rope"]
+    assert all(v.shape == (model.cfg.n_layers,) for v in r.values())
+    assert r["recall rope"][1] > r["recall no rope"][1] + 0.3, r
+    assert r["kl no rope"][1] > r["kl rope"][1] + 1.0, r                   # the content-only indexer cannot fit it
+    share = dsa.previous_token_share(model, ev)
+    assert share[1] > 0.8 and np.delete(share, 1).max() < 0.2, share        # layer 1 attends to the token before
+    with pytest.raises(ValueError, match="tokens"):
+        dsa.previous_token_share(model, ev[:, :1])
+    with pytest.raises(ValueError, match="rope_dims"):
+        dsa.rope_ablation(model, tr, ev, steps=1, rope_dims=0)
 
 
 def test_stored_indexers_reproduce_their_accuracy():

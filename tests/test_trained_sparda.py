@@ -137,3 +137,68 @@ def test_forecast_needs_its_heads():
         sparda.block_recall(model, EV.tokens[:1], 1, "forecast", {"W0": np.zeros((64, 1, 16))})
     with pytest.raises(ValueError, match="teacher"):
         sparda.load_forecast_heads(0, "medium")
+
+
+# ------------------------------------------------------------------ blocks read, and the teacher used as the selector
+def test_blocks_read_counts_the_distinct_blocks_of_a_selection():
+    idx = np.array([[0, 3, -1, -1], [0, 0, 2, 5], [-1, -1, -1, -1], [5, -1, 1, 0]])
+    assert sparda.blocks_read(idx).tolist() == [2, 3, 0, 3]
+    assert sparda.blocks_read(idx[None]).shape == (1, 4)
+    with pytest.raises(ValueError, match="block_idx"):
+        sparda.blocks_read(np.array([[0, -2]]))
+    with pytest.raises(ValueError, match="block_idx"):
+        sparda.blocks_read(3)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_a_query_reads_the_init_and_its_own_block_besides_the_k_chosen(k):
+    T, B = 128, sparda.BLOCK
+    got = sparda.position_reads(T, k)
+    cur = np.arange(T) // B
+    want = np.where(cur == 0, 1, 2) + np.minimum(k, np.maximum(cur - 1, 0))   # {0, own} + min(k, candidates)
+    np.testing.assert_array_equal(got, want)
+    assert got[-1] == k + sparda.N_INIT + sparda.N_LOCAL
+    with pytest.raises(ValueError, match="k"):
+        sparda.position_reads(T, T // B - 1)
+
+
+def test_every_selector_reads_what_the_selection_rule_counts():
+    model, _ = store.load_checkpoint(DENSE0)
+    heads = sparda.load_forecast_heads(0, "fine")
+    for k in (1, 4):
+        want = sparda.position_reads(EV.tokens.shape[1], k)
+        for kind in ("infllm", "oracle", "forecast", "fine teacher", "coarse teacher"):
+            got = sparda.query_reads(model, EV.tokens[:1], k, kind, heads if kind == "forecast" else None)
+            assert got.shape == (1, EV.tokens.shape[1], model.cfg.n_layers)
+            np.testing.assert_array_equal(got[0], np.repeat(want[:, None], model.cfg.n_layers, 1), err_msg=kind)
+
+
+def test_the_coarse_teacher_selects_what_infllm_selects_and_the_fine_one_is_the_training_target():
+    model, _ = store.load_checkpoint(DENSE0)
+    caps = dsa.layer_attention(model, EV.tokens[0])
+    setup = sparda.forecast_setup(model, EV.tokens[:1], "fine")
+    for i, c in enumerate(caps):
+        np.testing.assert_array_equal(sparda.block_selection(model, i, c["x"], "coarse teacher", 2),
+                                      sparda.block_selection(model, i, c["x"], "infllm", 2))
+        sc = sparda._teacher_scores(model, i, c["x"], "fine")
+        np.testing.assert_allclose(sc[:, setup.q_pos], setup.teacher[i], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="teacher"):
+        sparda.teacher_selection(model, 0, caps[0]["x"], 2, "medium")
+
+
+def test_the_fine_teacher_as_the_selector_keeps_the_needles_its_head_misses():
+    model, _ = store.load_checkpoint(DENSE0)
+    got = sparda.block_accuracy(model, EV, "fine teacher", 4)               # the summary's 64 evaluation sequences
+    assert set(got) == {"needle", "local"}
+    assert got["needle"] >= 0.99 > SUMMARY["per_seed"]["0"]["final"]["forecast fine k=4 needle"] + 0.05
+    with pytest.raises(ValueError, match="data"):
+        sparda.block_accuracy(model, EV.tokens, "infllm", 4)
+
+
+def test_reported_teacher_ablation_prints_table_6_and_its_gains():
+    lines = sparda.reported_teacher_ablation().splitlines()
+    assert lines[0].startswith("reported (SparDA Table 6, SparDA notes §4.6)")
+    assert lines[1].split(": ")[1] == ("RULER 75.7 -> 78.7 (+3.0), reasoning 82.5 -> 84.7 (+2.2), four-family average "
+                                       "60.4 -> 61.7 (+1.3)")
+    assert lines[2].split(": ")[1] == ("RULER 71.4 -> 73.9 (+2.5), reasoning 55.4 -> 57.2 (+1.8), four-family average "
+                                       "50.1 -> 51.7 (+1.6)")

@@ -76,6 +76,35 @@ def test_plot_block_accuracy_draws_the_stored_sparda_means(kind):
         dw.plot_block_accuracy({"dsa": {}}, kind)
 
 
+def test_block_table_prints_the_blocks_read_beside_the_stored_accuracies():
+    acc = {f"{name} k={k} needle": _acc(round(0.1 * j + 0.01 * k, 4), 0.01 * (j + 1))
+           for j, name in enumerate(dw.BLOCK_SELECTORS) for k in (1, 4)}
+    del acc["forecast coarse k=1 needle"]                                   # absent: n/a
+    res = {"sparda": {"accuracy": acc}}
+    lines = dw.block_table(res, {4: np.array([[6, 6], [6, 6]]), 1: [2, 3, 3]}).splitlines()
+    assert lines[0].split()[:4] == ["k", "chosen", "blocks", "read"] and "(needle accuracy, measured)" in lines[0]
+    assert lines[1].split() == ["1", "2-3", "of", "16", "0.01", "±", "0.01", "0.11", "±", "0.02", "0.21", "±",
+                                "0.03", "n/a"]                                 # rows sorted by k
+    assert lines[2].split()[:4] == ["4", "6", "of", "16"]
+    assert lines[2].split()[4:7] == [f"{acc['oracle k=4 needle']['mean']:.2f}", "±", "0.01"]
+    assert dw.block_table(res, {1: [3]}, "local", n_blocks=32).splitlines()[1].split() == ["1", "3", "of", "32",
+                                                                                          "n/a", "n/a", "n/a", "n/a"]
+    real = report.load_results()
+    S = real["sparda"]["accuracy"]
+    row = dw.block_table(real, {4: [6]}).splitlines()[1]
+    assert row.split()[4:] == " ".join(report.fmt(S[f"{n} k=4 needle"]["mean"], S[f"{n} k=4 needle"]["std"])
+                                       for n in dw.BLOCK_SELECTORS).split()
+    for call, match in [(lambda: dw.block_table({"dsa": {}}, {1: [3]}), "sparda"),
+                        (lambda: dw.block_table(res, {}), "reads"),
+                        (lambda: dw.block_table(res, {0: [3]}), "reads"),
+                        (lambda: dw.block_table(res, {1: []}), "reads"),
+                        (lambda: dw.block_table(res, {1: [-1]}), "reads"),
+                        (lambda: dw.block_table(res, {1: [3]}, "far"), "kind"),
+                        (lambda: dw.block_table(res, {1: [3]}, n_blocks=0), "n_blocks")]:
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
 def test_plot_recall_bar_heights_are_the_stored_means():
     ax = dw.plot_recall(RES, 8).axes[0]
     b = bars(ax)

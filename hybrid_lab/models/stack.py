@@ -33,6 +33,7 @@ API::
     logits = model.forward(tokens)                      # (T, vocab): every position
     logits, cache = model.prefill(tokens)               # same logits + the cache
     logits, cache = model.decode_step(token, cache)     # (vocab,): one more position
+    model.forward(tokens, details=d)                    # d = {} collects d["attn_probs"] (the probes' hook)
     cache.nbytes()                                      # {"kv", "swa", "ssm", "total"}
     n_params(cfg)
 
@@ -228,6 +229,12 @@ class StackCache:
 
 
 # ------------------------------------------------------------------------------------------------------- model
+def _details(details):
+    if details is not None and not isinstance(details, dict):
+        raise ValueError(f"details must be None or a dict (it receives 'attn_probs'), got {type(details).__name__}")
+    return details
+
+
 class Stack:
     """The layer-stack LM (numpy, one sequence). ``weights``: dict of named arrays (see :meth:`init_weights`)."""
 
@@ -358,7 +365,7 @@ class Stack:
                              f"got {pos.tolist()}")
         return self._attention(i, x, pos, cache)
 
-    def _attention(self, i: int, x, pos, cache):
+    def _attention(self, i: int, x, pos, cache, probs: list | None = None):
         cfg, w, p = self.cfg, self.weights, f"layer.{i}.attn."
         T, swa = len(x), cfg.layers[i] == "swa"
         q = (x @ w[p + "wq"]).reshape(T, cfg.n_heads_q, cfg.d_qk)
@@ -370,15 +377,19 @@ class Stack:
         if not swa:                                                   # full causal attention over the prefix
             cache.append(k, v)
             kpos = np.arange(len(cache))
-            o, _ = masked_attention(q, cache.k, cache.v, kpos[None, :] <= pos[:, None], scale)
+            o, pr = masked_attention(q, cache.k, cache.v, kpos[None, :] <= pos[:, None], scale)
         else:                                                         # the window: cached rows + the new rows
             kk, vv = np.concatenate([cache.k, k]), np.concatenate([cache.v, v])
             kpos = np.concatenate([cache.pos, pos])
             band = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - cfg.window)
-            o, _ = masked_attention(q, kk, vv, band, scale, sink=w.get(p + "sink"))
+            o, pr = masked_attention(q, kk, vv, band, scale, sink=w.get(p + "sink"))
             cache.append(k, v, pos)                                   # keeps only the last `window` entries
             if cfg.gates:                                             # sigmoid output gate, per channel
                 o = o * sigmoid(x @ w[p + "wg"]).reshape(o.shape)
+        if probs is not None:                                         # the probes' hook: columns = absolute positions
+            full = np.zeros((T, cfg.n_heads_q, int(pos[-1]) + 1), pr.dtype)
+            full[:, :, kpos] = pr
+            probs.append(full)
         return o.reshape(T, -1) @ w[p + "wo"]
 
     def mamba2(self, i: int, x, state: MambaState):
@@ -409,39 +420,49 @@ class Stack:
         return y @ w[p + "out_proj"]
 
     # ------------------------------------------------------------------------------------------- the stack
-    def run(self, tokens, cache: StackCache) -> np.ndarray:
+    def run(self, tokens, cache: StackCache, details: dict | None = None) -> np.ndarray:
         """All layers on the new ``tokens`` (T,) ints in [0, vocab), continuing ``cache`` (a StackCache of this
-        model) IN PLACE. Returns logits (T, vocab)."""
+        model) IN PLACE. Returns logits (T, vocab).
+
+        details: None, or a dict that receives ``details["attn_probs"]``: one entry per layer, the attention
+        probabilities (T, Hq, S) of an attn / swa layer (S = cache.pos + T keys by absolute position, 0 where a key
+        is masked or out of the window; a swa row sums to 1 - its sink's mass) or None for a mamba2 layer."""
         tokens = checks.tokens("tokens", tokens, self.cfg.vocab)
         self._check_cache(cache)
-        return self._run(tokens, cache)
+        return self._run(tokens, cache, _details(details))
 
-    def _run(self, tokens, cache: StackCache) -> np.ndarray:
+    def _run(self, tokens, cache: StackCache, details: dict | None = None) -> np.ndarray:
         cfg, w = self.cfg, self.weights
         pos = cache.pos + np.arange(len(tokens))
         h = w["embed"][tokens]
+        probs = None
+        if details is not None:                                       # a fresh list per call (never accumulates)
+            probs = details["attn_probs"] = []
         for i, kind in enumerate(cfg.layers):
             x = rms_norm(h)
             if kind == "mamba2":
                 h = h + self._mamba2(i, x, cache.layers[i])
+                if probs is not None:
+                    probs.append(None)
             else:
-                h = h + self._attention(i, x, pos, cache.layers[i])
+                h = h + self._attention(i, x, pos, cache.layers[i], probs)
             h = h + silu(rms_norm(h) @ w[f"layer.{i}.mlp.w1"]) @ w[f"layer.{i}.mlp.w2"]
         cache.pos += len(tokens)
         return rms_norm(h) @ w["lm_head"]
 
-    def prefill(self, tokens, cache: StackCache | None = None):
+    def prefill(self, tokens, cache: StackCache | None = None, details: dict | None = None):
         """Prefill ``tokens`` (T,), continuing ``cache`` if given (not modified: a copy is returned).
-        Returns (logits (T, vocab), cache)."""
+        Returns (logits (T, vocab), cache). details: as in :meth:`run`."""
         tokens = checks.tokens("tokens", tokens, self.cfg.vocab)
         if cache is not None:
             self._check_cache(cache)
         cache = self.new_cache() if cache is None else cache.copy()
-        return self._run(tokens, cache), cache
+        return self._run(tokens, cache, _details(details)), cache
 
-    def forward(self, tokens) -> np.ndarray:
-        """The reference full-sequence forward: logits (T, vocab) at every position of ``tokens`` (T,)."""
-        return self.prefill(tokens)[0]
+    def forward(self, tokens, details: dict | None = None) -> np.ndarray:
+        """The reference full-sequence forward: logits (T, vocab) at every position of ``tokens`` (T,).
+        details: as in :meth:`run` (a dict that receives the per-layer attention probabilities)."""
+        return self.prefill(tokens, details=details)[0]
 
     def decode_step(self, token: int, cache: StackCache):
         """One more position. Returns (logits (vocab,), new cache); the input cache is not modified."""

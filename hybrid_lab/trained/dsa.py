@@ -37,8 +37,9 @@ from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 from hybrid_lab.trained import store, tasks
 
 __all__ = ["layer_qkv", "layer_attention", "sparse_forward", "oracle_selector", "indexer_selector", "random_selector",
-           "train_layer_indexers", "selection_masks", "finetune_sparse", "indexer_recall", "attention_entropy_rows", "evaluate_selectors", "run_experiment",
-           "load_indexers", "KS", "SELECTORS", "FT"]
+           "train_layer_indexers", "selection_masks", "finetune_sparse", "indexer_recall", "previous_token_share",
+           "rope_ablation", "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS",
+           "SELECTORS", "FT"]
 
 
 def _dense_stack(model):
@@ -326,6 +327,38 @@ def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
             t0 = k - 1                                          # queries that see at least k positions
             rec[n, i] = topk_recall(mine(i, c["x"], c["probs"])[t0:, 0], oracle(i, c["x"], c["probs"])[t0:, 0])
     return rec.mean(axis=0)
+
+
+def previous_token_share(model, tokens) -> np.ndarray:
+    """Per layer: the share of queries t >= 1 whose most-attended key (attention summed over heads) is t - 1, the
+    token just before, over the sequences ``tokens`` (N, T). Returns (n_layers,): near 1 for a positional layer."""
+    model = _dense_stack(model)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    if toks.shape[0] == 0 or toks.shape[1] < 2:
+        raise ValueError(f"tokens must be a non-empty (N, T) array with T >= 2 (a query with a token before it), got "
+                         f"shape {toks.shape}")
+    T = toks.shape[1]
+    hit = np.zeros((len(toks), model.cfg.n_layers))
+    for n, row in enumerate(toks):
+        for i, c in enumerate(layer_attention(model, row)):
+            top = c["probs"].sum(axis=1)[1:].argmax(axis=-1)                 # (T - 1,) queries 1 .. T-1
+            hit[n, i] = float(np.mean(top == np.arange(T - 1)))
+    return hit.mean(axis=0)
+
+
+def rope_ablation(model, train_tokens, eval_tokens, steps: int = 120, lr: float = 1e-2, k: int = 8,
+                  rope_dims: int = 8) -> dict:
+    """The same dense warm-up twice from the same seed, with partial RoPE on ``rope_dims`` of the indexer's dims and
+    with none (content only, ``ReLU(q · k)``): {"kl rope", "kl no rope": (n_layers,) the per-query training KL, mean
+    of the last 10 steps; "recall rope", "recall no rope": (n_layers,) recall@k on ``eval_tokens``
+    (:func:`indexer_recall`)}."""
+    steps = checks.pos_int("steps", steps)
+    out = {}
+    for name, rd in (("rope", checks.pos_int("rope_dims", rope_dims)), ("no rope", 0)):
+        ixs, log = train_layer_indexers(model, train_tokens, steps=steps, lr=lr, rope_dims=rd)
+        out[f"kl {name}"] = log["loss"][-10:].mean(axis=0)
+        out[f"recall {name}"] = indexer_recall(model, ixs, eval_tokens, k)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- the experiment

@@ -1,7 +1,7 @@
 """The model families the lab trains, how to build each at a parameter budget, and how the numpy models read them.
 
 A *model spec* names a family (which numpy model and which torch twin) and its configuration; the configuration is
-completed with ``d_ff`` (chosen so every compared model has the same parameter count, ± 10%), ``vocab``, ``seed`` and
+completed with ``d_ff`` (chosen so every compared model has the same parameter count, ± 2%), ``vocab``, ``seed`` and
 ``dtype``. Training runs the torch twin (``hybrid_lab.trained.torch_*``); inference runs the numpy model
 (``hybrid_lab.models.*``) on the same weights, with the same logits.
 
@@ -93,12 +93,15 @@ _HS2 = dict(WIDTH, self_swa_before=1, self_swa_after=0, cross_layers=2, group_si
             topk=16, rope_dims=8)
 
 SPECS = {s.name: s for s in [
-    # why hybrids (lecture §3): the same 4 layers as pure SSM, hybrid (1 attention in 4), dense attention
+    # why hybrids (lecture §3): the same 4 layers as pure SSM, hybrid (1 attention in 4), attention only; every
+    # model at the budget's parameter count (d_ff matched), the state-size sweep included
     _stack("mamba2", [_M] * 4, "pure Mamba-2 (SSD), N=16", d_state=16),
+    *[_stack(f"mamba2_N{n}", [_M] * 4, f"pure Mamba-2, N={n}", d_state=n) for n in (32, 64)],
     _stack("mamba2_hybrid", [_M, _M, _M, _A], "Mamba-2 hybrid, 1 attention in 4, N=16", d_state=16),
-    _stack("dense", [_A] * 4, "dense attention (partial RoPE)", rope_dims_attn=8),
-    *[dataclasses.replace(_stack(f"mamba2_N{n}", [_M] * 4, f"pure Mamba-2, N={n}", d_state=n), match=False)
-      for n in (32, 64)],
+    _stack("dense", [_A] * 4, "dense attention (MQA, partial RoPE 8)", rope_dims_attn=8),
+    _stack("dense_mha", [_A] * 4, "dense attention, 4 KV heads, full RoPE", rope_dims_attn=16, n_heads_kv=4),
+    _stack("dense_local", [_S, _A, _A, _A], "attention only: local (window 4) + 3 full", rope_dims_attn=8,
+           window=4),
     # why HySparse2: the same number of full-attention layers (2 of 4) and of positions a sparse layer reads (24)
     _stack("swa", [_S] * 4, "sliding window only (window 16): the control"),
     _stack("hybrid_swa", [_S, _A, _S, _A], "hybrid SWA: 2 SWA (window 16) + 2 full attention"),

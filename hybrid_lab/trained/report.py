@@ -1,9 +1,11 @@
 """The tables of notebook 10, read from ``results.json``: our trained models beside the papers' reported numbers.
 
-Every verdict is computed from the stored means and standard deviations over training seeds, never written by hand:
-a direction counts as *reproduced* when our difference has the paper's sign and exceeds the noise (the larger of the
-two models' standard deviations over seeds, and one point of accuracy), *no difference at this scale* when it is
-within the noise, *reversed* when it has the other sign beyond the noise.
+Every verdict is computed from the stored per-seed accuracies, never written by hand, by
+:func:`hybrid_lab.trained.stats.compare`: "untestable here" first (fewer than 10 seeds, both at ceiling, both on
+the chance / plateau line, or no model that learned the task), then a permutation test of the mean difference
+("reproduced" / "not reproduced: reversed" / "no difference detected") or, for a claim of equality, a bootstrap
+interval inside ± 0.05. Seeds are summarized by the share that learned the task (accuracy >= 0.9 on the
+experiment's ``learn`` setting, with a Wilson interval), the median steps they took, and the accuracy among them.
 """
 from __future__ import annotations
 
@@ -17,12 +19,15 @@ import numpy as np
 
 from hybrid_lab.core import checks
 from hybrid_lab.trained import families as fam
+from hybrid_lab.trained import stats
 
 __all__ = ["RESULTS", "load_results", "acc", "fmt", "table", "Direction", "DIRECTIONS", "verdict", "direction_rows",
-           "recovery_state", "ledger_rows", "why_hybrids_rows", "why_hysparse2_rows"]
+           "recovery_state", "ledger_rows", "why_hybrids_rows", "why_hysparse2_rows", "per_seed", "seed_rows",
+           "mqar_chance", "pick_any_chance", "mqar_probe_rows", "retrieval_probe_rows", "LEVEL"]
 
 RESULTS = Path(__file__).resolve().parent / "checkpoints" / "results.json"
 MIN_NOISE = 0.01
+LEVEL = 0.9                                     # learned the task: accuracy >= LEVEL
 
 
 def load_results(path=RESULTS) -> dict:
@@ -175,9 +180,13 @@ DIRECTIONS = (
 )
 
 
-def verdict(better: tuple, worse: tuple, expect: str = "better") -> str:
-    """better, worse: (mean, std) of the two models (accuracies in [0, 1]); expect: "better" or "same". Returns the
-    verdict (see the module docstring); "n/a: not measured" when either mean is NaN (a setting without answers)."""
+def verdict(better: tuple, worse: tuple, expect: str = "better", chance=None, ceiling: float = 0.99,
+            n_seeds=None) -> str:
+    """better, worse: (mean, std) of the two models (accuracies in [0, 1]); expect: "better" or "same"; chance: the
+    plateau / chance line or None; n_seeds: seeds per model (the smaller side) or None. Returns "n/a: not measured"
+    when either mean is NaN; "untestable here: ..." at ceiling, on the plateau or with fewer than 10 seeds
+    (:func:`stats.verdict_from_means`); otherwise the noise rule of the module's first version (a difference beyond
+    the larger std and one point). Prefer :func:`stats.compare` on per-seed accuracies."""
     for name, pair in (("better", better), ("worse", worse)):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"{name} must be a (mean, std) pair, got {pair!r}")
@@ -186,6 +195,10 @@ def verdict(better: tuple, worse: tuple, expect: str = "better") -> str:
         raise ValueError(f"expect must be one of {EXPECT}, got {expect!r}")
     if np.isnan(better[0]) or np.isnan(worse[0]):
         return "n/a: not measured"
+    first = stats.verdict_from_means(tuple(better), tuple(worse), expect, chance=chance, ceiling=ceiling,
+                                     n_seeds=n_seeds)
+    if first.startswith(stats.UNTESTABLE):
+        return first
     diff = better[0] - worse[0]
     noise = max(better[1], worse[1], MIN_NOISE)
     if expect == "same":
@@ -196,18 +209,91 @@ def verdict(better: tuple, worse: tuple, expect: str = "better") -> str:
     return "reproduced" if diff > 0 else "not reproduced: reversed"
 
 
-def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS) -> list:
-    """Rows [direction, ours (better), ours (worse), verdict, reported] for the ablation table. directions: a
-    non-empty sequence of :class:`Direction`."""
+def per_seed(res: dict, exp: str, model: str, setting: str, split: str = "test") -> list:
+    """One model's per-seed accuracies on one setting (split "test" or "val"), in seed order."""
+    info = _model(res, exp, model)
+    _setting_of(res, exp, model, "setting", setting)
+    key = {"test": "per_seed", "val": "per_seed_val"}.get(split) if isinstance(split, str) else None
+    if key is None:
+        raise ValueError(f"split must be 'test' or 'val', got {split!r}")
+    vals = info.get(key, {}).get(setting)
+    if not isinstance(vals, list) or not vals or not all(_is_real(v) for v in vals):
+        raise ValueError(f"res[{exp!r}]['models'][{model!r}][{key!r}][{setting!r}] must be a non-empty list of "
+                         f"accuracies, got {vals!r:.80}")
+    seeds = info.get("seeds")
+    if not isinstance(seeds, list) or len(seeds) != len(vals):
+        raise ValueError(f"res[{exp!r}]['models'][{model!r}] must list one training seed per accuracy in 'seeds', "
+                         f"got {seeds!r:.80}")
+    order = np.argsort(info["seeds"], kind="stable")
+    return [float(vals[i]) for i in order]
+
+
+def mqar_chance(setting: str) -> float:
+    """MQAR's "pick any in-context value" line for a setting "pairs=n": 1 / n (values are distinct)."""
+    if not isinstance(setting, str) or not re.fullmatch(r"pairs=[1-9][0-9]*", setting):
+        raise ValueError(f"setting must be 'pairs=<n>', got {setting!r}")
+    return 1.0 / int(setting.split("=")[1])
+
+
+def pick_any_chance(batch, kind: int) -> float:
+    """The accuracy of a model that answers each question of ``kind`` with a uniformly drawn one of its sequence's
+    answers of that kind (every needle / pair is asked once): the mean of 1 / (answers in its row)."""
+    from hybrid_lab.trained import tasks
+
+    if not isinstance(batch, tasks.Batch):
+        raise ValueError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
+    if kind not in tasks.KIND_NAMES:
+        raise ValueError(f"kind must be one of {sorted(tasks.KIND_NAMES)} (KIND_*), got {kind!r}")
+    per_row = (batch.kind == kind).sum(1)
+    if not per_row.any():
+        raise ValueError(f"batch has no answer of kind {kind}")
+    return float((per_row[per_row > 0] * (1.0 / per_row[per_row > 0])).sum() / per_row.sum())
+
+
+def seed_rows(res: dict, exp: str, models, settings, learn: str, level: float = LEVEL) -> list:
+    """Per model: [model, params, lr, "k/n learned [lo, hi]", median steps to learn, then per setting "mean over all
+    seeds / mean among the learners"]. learn: the setting that says who learned (accuracy >= level)."""
+    models, settings = _names("models", models), _names("settings", settings)
+    checks.number_in("level", level, 0.0, 1.0)
+    rows = []
+    for m in models:
+        info = _model(res, exp, m, "models")
+        learned = per_seed(res, exp, m, learn)
+        steps = info.get("steps_to_learn")
+        steps = [steps[i] for i in np.argsort(info["seeds"], kind="stable")] if isinstance(steps, list) else None
+        summ = stats.summarize(learned, steps, level)
+        who = [v >= level for v in learned]
+        cells = []
+        for st in settings:
+            v = per_seed(res, exp, m, st)
+            among = [x for x, w in zip(v, who) if w]
+            cells.append(f"{np.mean(v):.2f} / " + (f"{np.mean(among):.2f}" if among else " -  "))
+        med = summ["median_steps"]
+        rows.append([m, info["n_params"], info.get("lr"),
+                     f"{summ['learned']}/{summ['n']} [{summ['share_lo']:.2f}, {summ['share_hi']:.2f}]",
+                     "-" if med is None else f"{med:.0f}"] + cells)
+    return rows
+
+
+def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS, chance: dict | None = None) -> list:
+    """Rows [direction, ours (better), ours (worse), verdict, reported] for the ablation table, the verdict from
+    :func:`stats.compare` on the per-seed accuracies. directions: a non-empty sequence of :class:`Direction`;
+    chance: {setting: chance / plateau line} (None: no line)."""
     _models(res, exp)
     if not isinstance(directions, (list, tuple)) or not directions \
             or not all(isinstance(d, Direction) for d in directions):
         raise ValueError(f"directions must be a non-empty sequence of report.Direction, got {directions!r:.200}")
+    if chance is not None and not isinstance(chance, dict):
+        raise ValueError(f"chance must be None or a dict setting -> chance line, got {type(chance).__name__}")
     rows = []
     for d in directions:
         b, w = acc(res, exp, d.better, d.setting), acc(res, exp, d.worse, d.setting)
-        rows.append([d.name, f"{d.better}: {fmt(*b[:2])}", f"{d.worse}: {fmt(*w[:2])}",
-                     verdict(b[:2], w[:2], d.expect), d.reported])
+        if np.isnan(b[0]) or np.isnan(w[0]):
+            v = "n/a: not measured"
+        else:
+            v = stats.compare(per_seed(res, exp, d.better, d.setting), per_seed(res, exp, d.worse, d.setting),
+                              d.expect, level=LEVEL, chance=(chance or {}).get(d.setting))["verdict"]
+        rows.append([d.name, f"{d.better}: {fmt(*b[:2])}", f"{d.worse}: {fmt(*w[:2])}", v, d.reported])
     return rows
 
 
@@ -273,23 +359,57 @@ def _row(res, exp, model, setting):
 
 
 def why_hybrids_rows(res: dict, setting: str = "pairs=32") -> list:
-    """Lecture §3's claims on MQAR, each as [claim, ours, verdict, reported]. res: results with the "mqar"
-    experiment's mamba2, mamba2_hybrid, dense (and mamba2_N*) models; setting: one of their settings."""
+    """Lecture §3's claims on MQAR, each as [claim, ours, verdict, reported], decided by :func:`stats.compare` on the
+    per-seed accuracies at ``setting`` (chance: 1 / pairs). res: results with the "mqar" experiment's mamba2,
+    mamba2_hybrid and dense models (the state-size models mamba2_N<N> where trained)."""
     for m in ("mamba2", "mamba2_hybrid", "dense"):
         _setting_of(res, "mqar", m, "setting", setting)
-    ssm, hyb, dense = (_row(res, "mqar", m, setting) for m in ("mamba2", "mamba2_hybrid", "dense"))
-    n, curve = recovery_state(res, setting)
-    return [
-        ["pure SSMs lag on recall", f"{setting}: pure Mamba-2 {fmt(*ssm)} vs hybrid {fmt(*hyb)}",
-         verdict(hyb, ssm), "lecture §3: pure SSMs still lag on strong recall / in-context retrieval"],
-        ["a few attention layers fix it", f"{setting}: hybrid (1 attention in 4) {fmt(*hyb)} vs dense {fmt(*dense)}",
-         "reproduced" if hyb[0] >= dense[0] - max(hyb[1], dense[1], MIN_NOISE) else verdict(hyb, dense),
-         "lecture §3 (Marconi §2.1): hybrids match or beat Transformers; 1 attention per 6-10 SSM layers"],
-        ["a larger state recovers recall", f"{setting}, pure Mamba-2 by state size N: " + "; ".join(
-            f"N={c[0]} {fmt(c[1], c[2])} ({c[3]}/{c[4]} seeds >= 0.9)" for c in curve),
-         f"mean >= 0.9 first at N={n}" if n is not None else "no trained N reaches 0.9 on average",
+    ssm, hyb, dense = (per_seed(res, "mqar", m, setting) for m in ("mamba2", "mamba2_hybrid", "dense"))
+    small = _smallest(res)
+    learned = {m: [v >= LEVEL for v in per_seed(res, "mqar", m, small)] for m in ("mamba2", "mamba2_hybrid")}
+    c = mqar_chance(setting)
+
+    def cmp(a, b, expect, **kw):
+        r = stats.compare(a, b, expect, level=LEVEL, chance=c, **kw)
+        return r["verdict"] + (f" (p = {r['p']:.3f})" if expect == "better" and "p =" not in r["verdict"]
+                               and not r["verdict"].startswith(stats.UNTESTABLE) else "")
+
+    ssm_l = [v for v, w in zip(ssm, learned["mamba2"]) if w]
+    hyb_l = [v for v, w in zip(hyb, learned["mamba2_hybrid"]) if w]
+    states = sorted(_state(m) for m in _models(res, "mqar") if m == "mamba2" or m.startswith("mamba2_N"))
+    rows = [
+        ["pure SSMs lag on recall", f"{setting}: hybrid {_mean(hyb)} vs pure Mamba-2 {_mean(ssm)} "
+         f"({len(hyb)} vs {len(ssm)} seeds, chance {c:.3f})", cmp(hyb, ssm, "better"),
+         "lecture §3: pure SSMs still lag on strong recall / in-context retrieval"],
+        ["hybrids match attention", f"{setting}: hybrid (1 attention in 4) {_mean(hyb)} vs dense {_mean(dense)}",
+         cmp(hyb, dense, "same"), "lecture §3 (Marconi §2.1): hybrids match or beat Transformers"],
+        ["among seeds that learned, the fixed state loses recall as pairs grow",
+         f"{setting}, seeds that learned {small} (>= {LEVEL}): hybrid {_mean(hyb_l)} ({len(hyb_l)} seeds) vs pure "
+         f"Mamba-2 {_mean(ssm_l)} ({len(ssm_l)} seeds)",
+         cmp(hyb_l, ssm_l, "better", min_seeds=5) if hyb_l and ssm_l else "untestable here: no seed learned",
          "lecture §3: the whole history is squeezed into a fixed-size state, so recall is lossy"],
+        ["a larger state recovers recall", "state sizes trained: N = " + ", ".join(map(str, states)),
+         "untestable here: one state size trained" if len(states) < 2 else
+         "see recovery_state()", "lecture §3: recall is bounded by the state size"],
     ]
+    return rows
+
+
+def _path_arg(name, value):
+    import os
+
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be None or a path (str or Path), got {type(value).__name__}")
+    return Path(value)
+
+
+def _mean(v) -> str:
+    return f"{np.mean(v):.2f}" if len(v) else "n/a"
+
+
+def _smallest(res) -> str:
+    pairs = sorted(int(k.split("=")[1]) for k in _models(res, "mqar")["mamba2"]["accuracy"] if k.startswith("pairs="))
+    return f"pairs={pairs[0]}"
 
 
 def why_hysparse2_rows(res: dict, far: str = "needle d=64-128", near: str = "needle d=0-16") -> list:
@@ -303,4 +423,61 @@ def why_hysparse2_rows(res: dict, far: str = "needle d=64-128", near: str = "nee
     for m in models:
         rows.append([m] + [fmt(*_row(res, "retrieval", m, s)) for s in (near, "needle d=16-64", far, "local",
                                                                         "needles=4")])
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------- probes
+def mqar_probe_rows(models=("dense",), seeds=None, n: int = 8, root=None) -> list:
+    """Per (model, seed) of the MQAR experiment: [model, seed, accuracy at the smallest and largest pair count
+    (stored, test), learned (>= LEVEL at the smallest), the previous-token score of each layer (max over heads, at
+    the pairs' value positions; NaN for layers without attention)], on ``n`` held-out sequences of every pair count
+    (:func:`probes.previous_token_scores` with :func:`probes.mqar_value_positions`)."""
+    from hybrid_lab.trained import probes, store, tasks
+
+    root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
+    n = checks.pos_int("n", n)
+    if seeds is not None and (isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__")):
+        raise ValueError(f"seeds must be None or a list of training seeds, got {seeds!r}")
+    b = tasks.mqar(n, 128, (2, 4, 8, 16, 32), seed=tasks.EVAL_SEED + 900)
+    pos = probes.mqar_value_positions(b)
+    rows = []
+    for m in _names("models", list(models) if isinstance(models, (list, tuple)) else models):
+        if not (root / "mqar" / m).is_dir():
+            raise ValueError(f"models: {m!r} has no checkpoints under {root / 'mqar'}")
+        for path in sorted((root / "mqar" / m).glob("seed*.npz"), key=lambda p: int(p.stem[4:])):
+            if seeds is not None and int(path.stem[4:]) not in seeds:
+                continue
+            model, meta = store.load_checkpoint(path.with_suffix(""))
+            sc = probes.previous_token_scores(model, b.tokens, positions=pos)
+            top = [float("nan") if np.isnan(r).all() else float(np.nanmax(r)) for r in sc]
+            small, large = meta["final"]["pairs=2"], meta["final"]["pairs=32"]
+            rows.append([m, meta["seed"], small, large, small >= LEVEL, top])
+    return rows
+
+
+def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2"), seed: int = 0, n: int = 32,
+                         root=None) -> list:
+    """Per model (one seed) of the retrieval experiment, on ``n`` held-out needle sequences (1-4 needles):
+    [model, needle accuracy, share of the wrong answers that are another needle's value, the pick-any chance line,
+    cross FA mass on the asked needle, mean mass on each other needle, share of answers whose most-attended needle
+    is the asked one, the best previous-token score over layers and heads]."""
+    from hybrid_lab.models.stack import Stack
+    from hybrid_lab.trained import families, probes, store, tasks
+
+    root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
+    n = checks.pos_int("n", n)
+    b = tasks.needles(n, 128, (1, 2, 3, 4), seed=tasks.EVAL_SEED + 801)
+    rows = []
+    seed = checks.nonneg_int("seed", seed)
+    for m in _names("models", list(models) if isinstance(models, (list, tuple)) else models):
+        if not (root / "retrieval" / m / f"seed{seed}.npz").exists():
+            raise ValueError(f"models / seed: no retrieval checkpoint {m!r} seed {seed} under {root}")
+        model, _ = store.load_checkpoint(root / "retrieval" / m / f"seed{seed}")
+        lg = families.numpy_logits(model, b.tokens)
+        br = probes.answer_breakdown(lg, b, tasks.KIND_NEEDLE)
+        mass = probes.needle_mass(model, b)
+        prev = probes.previous_token_scores(model, b.tokens)
+        rows.append([m, br["correct"], br["wrong_other_candidate"], br["chance_pick_any"], mass["asked"],
+                     mass["other"], mass["top1_asked"], float(np.nanmax(prev)),
+                     "attn" if isinstance(model, Stack) else "cross FA"])
     return rows

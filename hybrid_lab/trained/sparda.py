@@ -8,6 +8,9 @@ stride 4 (SparDA: 32 / 16). Per query: the init block, the local block (the quer
 - **InfLLM-V2**: the layer's own queries against its compressed keys (softmax per head, summed over a KV group,
   max-pooled onto blocks; :func:`hybrid_lab.models.infllm.infllm_v2_select`);
 - **oracle**: exact attention mass per block (:func:`hybrid_lab.models.forecast.oracle_blocks`);
+- **fine teacher** / **coarse teacher**: the Forecast head's training target used directly as the selector (the
+  layer's own queries, as InfLLM-V2, on (2, 1) keys max-pooled onto the (8, 4) grid, or on the (8, 4) keys: the
+  coarse teacher's selection IS InfLLM-V2's), the ceiling a perfectly trained Forecast head could reach;
 - **forecast**: SparDA's Forecast head (one head, the model's KV group): layer l's blocks ranked by
   ``F_l(x_{l-1}) · K̃_lᵀ``, the PREVIOUS layer's normalized input against layer l's compressed keys (layer 0 uses its
   own input, F_0^cur), so layer l's blocks are known while layer l-1 computes. Trained on the model's real hidden
@@ -15,7 +18,9 @@ stride 4 (SparDA: 32 / 16). Per query: the init block, the local block (the quer
   ("coarse") or on a (2, 1) grid max-pooled onto it ("fine"), SparDA §2.4-2.5
   (:func:`hybrid_lab.models.forecast.rest_bucket_kl`);
 
-and the layer reads every visible token of the selected blocks (one softmax, :func:`dsa.sparse_forward`).
+and the layer reads every visible token of the selected blocks (one softmax, :func:`dsa.sparse_forward`). A query
+therefore reads up to k + 2 distinct blocks (``N_INIT`` + ``N_LOCAL`` always, besides the k chosen; fewer while the
+init block is its own block or it has fewer than k candidates): :func:`blocks_read` counts them from a selection.
 
 A decode trace is the selection of each step's query as the sequence grows, per layer; replayed through the
 offload simulator's block cache (:func:`hybrid_lab.serving.offload_sim.replay_trace`) it gives the blocks a step
@@ -30,19 +35,21 @@ from hybrid_lab.core.optim import Adam
 from hybrid_lab.models import forecast as fc
 from hybrid_lab.models.forecast import oracle_blocks
 from hybrid_lab.models.infllm import (blocks_from_compressed, compress_keys, compressed_visible, group_scores,
-                                      infllm_v2_select)
+                                      infllm_v2_select, select_blocks)
 from hybrid_lab.serving.offload_sim import replay_trace
 from hybrid_lab.trained import dsa, store, tasks
 
-__all__ = ["BLOCK", "WINDOW", "STRIDE", "FINE", "TEACHERS", "KINDS", "block_selection", "blocks_to_positions",
-           "block_selector", "block_recall", "hidden_states", "load_summary", "forecast_setup", "train_forecast_head",
+__all__ = ["BLOCK", "WINDOW", "STRIDE", "FINE", "N_INIT", "N_LOCAL", "TEACHERS", "KINDS", "block_selection",
+           "teacher_selection", "blocks_to_positions", "blocks_read", "position_reads", "query_reads", "block_selector",
+           "block_accuracy", "block_recall", "hidden_states", "load_summary", "forecast_setup", "train_forecast_head",
            "forecast_selection", "decode_trace", "replay_layers", "offload_rows", "load_forecast_heads",
-           "run_experiment"]
+           "REPORTED_TEACHER_ABLATION", "reported_teacher_ablation", "run_experiment"]
 
 BLOCK, WINDOW, STRIDE = 8, 8, 4
 FINE = (2, 1)                                       # the fine teacher's (window, stride), as SparDA's
+N_INIT, N_LOCAL = 1, 1                              # always read: the init block and the query's own block
 TEACHERS = ("fine", "coarse")
-KINDS = ("infllm", "oracle", "forecast")
+KINDS = ("infllm", "oracle", "forecast", "fine teacher", "coarse teacher")
 
 
 def _model(model):
@@ -88,25 +95,58 @@ def forecast_selection(model, i: int, x_src, x, params: dict, k: int) -> np.ndar
     kc = compress_keys(kk[None], WINDOW, STRIDE)
     z = fc.forecast_logits(x_src[None], params[f"W{i}"], kc)                 # (1, T, Hkv, Nc)
     vis = compressed_visible(pos, kc.shape[1], WINDOW, STRIDE)[None, :, None, :]
-    idx, _ = blocks_from_compressed(np.where(vis, z, -np.inf), T, pos, k, BLOCK, WINDOW, STRIDE, 1, 1)
+    idx, _ = blocks_from_compressed(np.where(vis, z, -np.inf), T, pos, k, BLOCK, WINDOW, STRIDE, N_INIT, N_LOCAL)
+    return idx[0, :, 0, :]
+
+
+def _teacher_scores(model, i: int, x, teacher: str) -> np.ndarray:
+    """Layer i's teacher score on the (8, 4) grid, (1, T, Hkv, Nc): Σ_h softmax(Q_h K̃ᵀ/√d) of its own queries on the
+    (8, 4) compressed keys ("coarse") or on (2, 1) keys max-pooled onto the (8, 4) grid ("fine"); 0 where a window is
+    not visible yet (as :func:`forecast_setup` computes it)."""
+    if teacher not in TEACHERS:
+        raise ValueError(f"teacher must be one of {TEACHERS}, got {teacher!r}")
+    q, kk, _ = dsa.layer_qkv(_model(model), i, x)
+    T, scale = len(q), model.cfg.d_qk ** -0.5
+    pos = np.arange(T)
+    kc = compress_keys(kk[None], WINDOW, STRIDE)
+    if teacher == "coarse":
+        return group_scores(q[None], kc, pos, T, WINDOW, STRIDE, scale=scale)
+    sf = group_scores(q[None], compress_keys(kk[None], *FINE), pos, T, *FINE, scale=scale)
+    return fc.pool_fine_to_coarse(sf, kc.shape[1], FINE, (WINDOW, STRIDE))
+
+
+def teacher_selection(model, i: int, x, k: int, teacher: str = "fine") -> np.ndarray:
+    """Layer i's blocks picked by the Forecast head's teacher itself: (T, 2 + k) block ids, -1 padded.
+    x: (T, D) the layer's normalized input; teacher "fine" ((2, 1) keys max-pooled onto the (8, 4) grid) or "coarse"
+    (the (8, 4) keys: the same score and selection as InfLLM-V2). The init and the query's own block as for every
+    selector; the top-k by the teacher's score among the visible windows, max-pooled onto blocks."""
+    k = checks.pos_int("k", k)
+    sc = _teacher_scores(model, i, x, teacher)
+    T = sc.shape[1]
+    pos = np.arange(T)
+    vis = compressed_visible(pos, sc.shape[-1], WINDOW, STRIDE)[None, :, None, :]
+    idx, _ = blocks_from_compressed(np.where(vis, sc, -np.inf), T, pos, k, BLOCK, WINDOW, STRIDE, N_INIT, N_LOCAL)
     return idx[0, :, 0, :]
 
 
 def block_selection(model, i: int, x, kind: str, k: int, x_src=None, params=None) -> np.ndarray:
     """Layer i's selected blocks for every query of one sequence: (T, 2 + k) block ids, -1 padded.
     x: (T, d_model) the layer's normalized input; kind "infllm", "oracle" or "forecast" (then ``x_src``, the previous
-    layer's input, and the heads ``params``); k: top-k blocks beyond init + local."""
+    layer's input, and the heads ``params``), "fine teacher" or "coarse teacher" (:func:`teacher_selection`);
+    k: top-k blocks beyond init + local."""
     kind, k = _kind(kind), checks.pos_int("k", k)
     if kind == "forecast":
         return forecast_selection(model, i, x if x_src is None else x_src, x, params, k)
+    if kind.endswith(" teacher"):
+        return teacher_selection(model, i, x, k, kind.split(" ")[0])
     q, kk, _ = dsa.layer_qkv(_model(model), i, x)
     T = len(q)
     pos = np.arange(T)
     if kind == "infllm":
-        idx = infllm_v2_select(q[None], kk[None], k, BLOCK, WINDOW, STRIDE, n_init=1, n_local=1, q_pos=pos,
-                               scale=model.cfg.d_qk ** -0.5)[0]
+        idx = infllm_v2_select(q[None], kk[None], k, BLOCK, WINDOW, STRIDE, n_init=N_INIT, n_local=N_LOCAL,
+                               q_pos=pos, scale=model.cfg.d_qk ** -0.5)[0]
     else:
-        idx = oracle_blocks(q[None], kk[None], pos, k, BLOCK, n_init=1, n_local=1)
+        idx = oracle_blocks(q[None], kk[None], pos, k, BLOCK, n_init=N_INIT, n_local=N_LOCAL)
     return idx[0, :, 0, :]                                                 # batch 0, KV head 0 (MQA)
 
 
@@ -123,6 +163,57 @@ def blocks_to_positions(block_idx, T: int) -> np.ndarray:
     tok = block_idx[:, :, None] * BLOCK + np.arange(BLOCK)[None, None, :]
     tok = np.where((block_idx[:, :, None] >= 0) & (tok <= np.arange(T)[:, None, None]), tok, -1)
     return tok.reshape(T, 1, -1)
+
+
+def blocks_read(block_idx) -> np.ndarray:
+    """The number of distinct blocks each query reads: block_idx (..., nb) block ids, -1 padded (a selection of
+    :func:`block_selection`: the always-read init and own blocks and the k chosen) -> (...) int64 counts."""
+    b = checks.int_array("block_idx", block_idx, None, "(..., nb) block ids", lo=-1)
+    if b.ndim < 1:
+        raise ValueError(f"block_idx must have a last axis of block ids, got shape {b.shape}")
+    s = np.sort(b, axis=-1)
+    new = (s >= 0) & np.concatenate([np.ones(s.shape[:-1] + (1,), bool), s[..., 1:] != s[..., :-1]], axis=-1)
+    return new.sum(axis=-1).astype(np.int64)
+
+
+def position_reads(T: int, k: int) -> np.ndarray:
+    """(T,) int64: the distinct blocks a query at position t of a T-token sequence reads when k blocks are chosen, by
+    the selection rule every selector here ends in (``infllm.select_blocks`` with ``N_INIT`` and ``N_LOCAL``: the
+    init block, the query's own block and the top-k of the visible candidates; all candidates selectable). A query
+    past the first k + 1 blocks reads k + 2; earlier ones fewer. :func:`query_reads` counts a real selection."""
+    T, k = checks.pos_int("T", T), checks.pos_int("k", k)
+    nb = -(-T // BLOCK)
+    if k > nb - N_INIT - N_LOCAL:
+        raise ValueError(f"k must be <= the {nb - N_INIT - N_LOCAL} candidate blocks of T={T} tokens ({nb} blocks of "
+                         f"{BLOCK} minus {N_INIT} init and {N_LOCAL} local), got {k}")
+    sel = select_blocks(np.zeros((1, T, 1, nb)), np.arange(T), k, BLOCK, N_INIT, N_LOCAL)
+    return blocks_read(sel[0, :, 0, :])
+
+
+def query_reads(model, tokens, k: int, kind: str = "infllm", params=None) -> np.ndarray:
+    """The distinct blocks (:func:`blocks_read`) each query reads in each layer when ``kind`` picks k blocks, for the
+    sequences ``tokens`` (N, T) (the dense forward's inputs, as :func:`block_recall`): (N, T, n_layers) int64."""
+    model, kind, k = _model(model), _kind(kind), checks.pos_int("k", k)
+    params = _heads(params, model, kind)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    if 0 in toks.shape:
+        raise ValueError(f"tokens must be a non-empty (N, T) array, got shape {toks.shape}")
+    out = np.zeros(toks.shape + (model.cfg.n_layers,), np.int64)
+    for n, row in enumerate(toks):
+        caps = dsa.layer_attention(model, row)
+        for i, c in enumerate(caps):
+            out[n, :, i] = blocks_read(block_selection(model, i, c["x"], kind, k, caps[max(i - 1, 0)]["x"], params))
+    return out
+
+
+def block_accuracy(model, data, kind: str, k: int, params=None) -> dict:
+    """Needle and local-copy accuracy of ``data`` (a ``tasks.Batch``) when every layer reads only the blocks ``kind``
+    picks (k beyond init + local; "forecast" needs the heads ``params``): {"needle": float, "local": float}."""
+    if not isinstance(data, tasks.Batch):
+        raise ValueError(f"data must be a tasks.Batch, got {type(data).__name__}")
+    lg = np.stack([dsa.sparse_forward(model, t, block_selector(model, kind, k, params)) for t in data.tokens])
+    return {name: tasks.accuracy(lg, data, kind_id)[0] for name, kind_id in (("needle", tasks.KIND_NEEDLE),
+                                                                             ("local", tasks.KIND_LOCAL))}
 
 
 def block_selector(model, kind: str, k: int, params=None):
@@ -333,6 +424,25 @@ def offload_rows(churn: float, batch: int = 16, context: int = 131072) -> list:
                          1e3 * osim.step_time(hw, osim.MINICPM_8B, batch, context, "Sparse", churn=c),
                          1e3 * osim.step_time(hw, osim.MINICPM_8B, batch, context, "SparDA", churn=c)])
     return rows
+
+
+# SparDA Table 6 (p. 15; SparDA notes §4.6), reported: the student / inference window fixed at (32, 16), only the
+# teacher's compression window changed; RULER, reasoning and the four-family average, in points.
+REPORTED_TEACHER_ABLATION = {"columns": ("RULER", "reasoning", "four-family average"),
+                             "MiniCPM": {"(32, 16)": (75.7, 82.5, 60.4), "(2, 1)": (78.7, 84.7, 61.7)},
+                             "NOSA": {"(32, 16)": (71.4, 55.4, 50.1), "(2, 1)": (73.9, 57.2, 51.7)}}
+
+
+def reported_teacher_ablation() -> str:
+    """SparDA's teacher ablation (Table 6) as printed lines: per model, each column's (32, 16) -> (2, 1) teacher
+    score and the gain in points (computed from the reported scores)."""
+    t = REPORTED_TEACHER_ABLATION
+    lines = ["reported (SparDA Table 6, SparDA notes §4.6): inference window (32, 16), teacher (32, 16) -> (2, 1)"]
+    for model in ("MiniCPM", "NOSA"):
+        cells = [f"{c} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
+                 for c, a, b in zip(t["columns"], t[model]["(32, 16)"], t[model]["(2, 1)"])]
+        lines.append(f"  {model}: " + ", ".join(cells))
+    return "\n".join(lines)
 
 
 def run_experiment(out, seeds=(0, 1, 2), ks=(1, 2, 4), n_eval: int = 64, command: str = "", quick: bool = False) -> dict:

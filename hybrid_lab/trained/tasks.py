@@ -9,9 +9,10 @@ One vocabulary for all tasks (``VOCAB`` = 256):
 
     0 PAD · 1 NEEDLE · 2 QUERY · 8..15 BACK_1..BACK_8 (local copy markers) · 16..127 keys · 128..255 values
 
-- :func:`mqar` multi-query associative recall (Zoology, Arora et al. 2023): ``k1 v1 k2 v2 ... kn vn`` then the keys
-  again at random places, each answered by its value. Knobs: ``n_pairs``, ``seq_len``. A model must keep n
-  associations: attention looks them up, a fixed-size SSM state must compress them.
+- :func:`mqar` multi-query associative recall as Zoology (Arora et al. 2023) generates it: ``k1 v1 ... kn vn`` then
+  the keys again at power-law distributed places among random filler, each answered by its value. Knobs:
+  ``n_pairs``, ``seq_len``, ``power_a``. A model must keep n associations: attention looks them up, a fixed-size SSM
+  state must compress them.
 - :func:`needles` multi-needle retrieval (RULER / MRCR-like): filler drawn from the key and value ranges (so keys
   also occur unmarked: distractors), 1-4 needles ``NEEDLE k v`` anywhere, and at the end ``QUERY k v`` for each
   needle: answer v at the k. Knob: ``min_dist`` puts every needle at least that far from its query.
@@ -32,7 +33,7 @@ import numpy as np
 from hybrid_lab.core import checks
 
 __all__ = ["VOCAB", "PAD", "NEEDLE", "QUERY", "BACK", "KEYS", "VALUES", "KIND_MQAR", "KIND_NEEDLE", "KIND_LOCAL",
-           "KIND_NAMES", "EVAL_SEED", "Batch", "mqar", "needles", "local_copy", "mix", "make_task", "TASKS",
+           "KIND_NAMES", "EVAL_SEED", "VAL_SEED", "Batch", "mqar", "needles", "local_copy", "mix", "make_task", "TASKS",
            "accuracy", "token_name", "show"]
 
 VOCAB = 256
@@ -42,7 +43,8 @@ KEYS = np.arange(16, 128)
 VALUES = np.arange(128, 256)
 KIND_MQAR, KIND_NEEDLE, KIND_LOCAL = 1, 2, 3
 KIND_NAMES = {KIND_MQAR: "mqar", KIND_NEEDLE: "needle", KIND_LOCAL: "local"}
-EVAL_SEED = 1_000_000                           # evaluation sets: seeds >= this; training: seeds below
+EVAL_SEED = 1_000_000                           # test sets: seeds >= this; training: seeds below
+VAL_SEED = 2_000_000                            # validation sets (the learning-rate choice): seeds >= this
 
 
 @dataclass
@@ -85,11 +87,16 @@ def _args(batch, seq_len, seed):
     return checks.pos_int("batch", batch), checks.pos_int("seq_len", seq_len), checks.nonneg_int("seed", seed)
 
 
-def mqar(batch: int, seq_len: int, n_pairs, seed: int) -> Batch:
-    """Multi-query associative recall. n_pairs: an int, or a sequence of ints drawn from per sequence (a mixture).
+def mqar(batch: int, seq_len: int, n_pairs, seed: int, power_a: float = 0.01) -> Batch:
+    """Multi-query associative recall as Zoology's ``multiquery_ar`` defines it. n_pairs: an int, or a sequence of
+    ints drawn from per sequence (a mixture, as Zoology's training mix of segments).
 
-    Needs 4 * n_pairs <= seq_len (the pairs, then room for every key to be asked once). Keys are distinct within a
-    sequence; values are drawn independently (two keys may share a value, as in Zoology).
+    ``k1 v1 ... kn vn`` (keys distinct, values distinct: both drawn without replacement), then each key once more at
+    an even offset of the query region, answered by its value (the logits AT the repeated key); every other position
+    of the query region is random filler from the key and value ranges (Zoology's ``random_non_queries``), so the
+    value never follows the repeated key in the input. The query offsets are drawn without replacement from the power
+    law p(gap) ∝ gap^(power_a - 1) (Zoology's default ``power_a`` = 0.01: most queries come soon after the pairs).
+    Needs 4 * n_pairs <= seq_len (Zoology's assertion). Vectorized per pair count: one draw for every row with that n.
     """
     B, T, seed = _args(batch, seq_len, seed)
     choices = np.atleast_1d(checks.int_array("n_pairs", n_pairs, None, "an int or (k,) ints", lo=1))
@@ -98,21 +105,31 @@ def mqar(batch: int, seq_len: int, n_pairs, seed: int) -> Batch:
     if 4 * choices.max() > T or choices.max() > len(KEYS):
         raise ValueError(f"n_pairs must satisfy 4 * n_pairs <= seq_len={T} and n_pairs <= {len(KEYS)} keys, "
                          f"got max n_pairs {int(choices.max())}")
+    power_a = checks.number_in("power_a", power_a, 0.0, 1.0)
+    if power_a == 0.0:
+        raise ValueError("power_a must be in (0, 1] (1: uniform query offsets), got 0")
     rng = np.random.default_rng(seed)
     tok, tgt, kind, dist = _empty(B, T)
-    for b in range(B):
-        n = int(rng.choice(choices))
-        keys = rng.choice(KEYS, n, replace=False)
-        vals = rng.choice(VALUES, n)
-        tok[b, 0:2 * n:2], tok[b, 1:2 * n:2] = keys, vals
-        # the queries: n two-token slots (key, value) at random non-overlapping places after the pairs
-        free = (T - 2 * n) // 2                                  # two-token slots available
-        slots = np.sort(rng.choice(free, n, replace=False))
-        order = rng.permutation(n)
-        at = 2 * n + 2 * slots
-        tok[b, at], tok[b, at + 1] = keys[order], vals[order]
-        tgt[b, at], kind[b, at] = vals[order], KIND_MQAR
-        dist[b, at] = at - (2 * order)                           # back to the key's first occurrence
+    tok[:] = _filler(rng, B, T)
+    ns = rng.choice(choices, B)
+    for n in np.unique(ns):
+        rows = np.nonzero(ns == n)[0]
+        R, n = len(rows), int(n)
+        # n distinct keys / values per row: the first n of a random permutation (argsort of uniforms)
+        keys = KEYS[np.argsort(rng.random((R, len(KEYS))), axis=1)[:, :n]]
+        vals = VALUES[np.argsort(rng.random((R, len(VALUES))), axis=1)[:, :n]]
+        tok[rows[:, None], np.arange(0, 2 * n, 2)] = keys
+        tok[rows[:, None], np.arange(1, 2 * n, 2)] = vals
+        # n query slots without replacement from the power law: Gumbel top-n of log p is successive sampling
+        space = (T - 2 * n) // 2
+        logp = (power_a - 1.0) * np.log(np.arange(1, space + 1))
+        gaps = np.argsort(-(logp + rng.gumbel(size=(R, space))), axis=1, kind="stable")[:, :n]   # (R, n): key i
+        at = 2 * n + 2 * gaps
+        r = np.repeat(rows, n)
+        tok[r, at.ravel()] = keys.ravel()
+        tgt[r, at.ravel()] = vals.ravel()
+        kind[r, at.ravel()] = KIND_MQAR
+        dist[r, at.ravel()] = (at - 2 * np.arange(n)).ravel()      # back to the key's first occurrence
     return Batch(tok, tgt, kind, dist)
 
 

@@ -92,6 +92,8 @@ class TwinModule(nn.Module):
     ``self.names`` keeps the order. ``.double()`` works: the parameters follow, ``numpy_weights()`` stays float32.
     """
 
+    check_values = True     # False under torch.func.vmap (an ensemble): a value check would read a batched tensor
+
     def __init__(self, cfg, weights: dict):
         super().__init__()
         self.cfg = cfg
@@ -114,8 +116,9 @@ class TwinModule(nn.Module):
     def check_tokens(self, tokens) -> torch.Tensor:
         """tokens: an integer torch tensor (B, T), B, T >= 1, ids in [0, vocab). Returns them as int64.
 
-        The value check reads the tokens on the host, which is not possible while a CUDA graph is being captured
-        (``hybrid_lab.trained.train`` captures its training step): it is skipped then.
+        The value check reads the tokens on the host, which is not possible while a CUDA graph is being captured,
+        nor inside ``torch.func.vmap`` (``hybrid_lab.trained.ensemble`` sets ``check_values = False``; its tokens
+        come from the task generators).
         """
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 1 \
                 or tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -123,7 +126,7 @@ class TwinModule(nn.Module):
                              f"{getattr(tokens, 'shape', type(tokens).__name__)} "
                              f"{getattr(tokens, 'dtype', '')}".rstrip())
         capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-        if not capturing and bool((tokens.min() < 0) | (tokens.max() >= self.cfg.vocab)):
+        if self.check_values and not capturing and bool((tokens.min() < 0) | (tokens.max() >= self.cfg.vocab)):
             raise ValueError(f"tokens must lie in [0, vocab={self.cfg.vocab}), got min {int(tokens.min())} "
                              f"max {int(tokens.max())}")
         return tokens.long()

@@ -2,19 +2,23 @@
 
 Two training experiments; the tables of notebook 10 are views of them:
 
-- ``mqar`` (why hybrids, lecture §3): pure Mamba-2, the Mamba-2 hybrid and dense attention at the same parameter
-  count, and pure Mamba-2 at state sizes N = 16..128, on multi-query associative recall with 4-64 pairs.
+- ``mqar`` (why hybrids, lecture §3): pure Mamba-2 at state sizes N = 16, 32, 64, the Mamba-2 hybrid, and three
+  attention-only models (the dense baseline, the same with 4 KV heads and full RoPE, and the same with a first
+  layer of local attention as a previous-token path), every one at the same parameter count (± 2%), on
+  multi-query associative recall as Zoology defines it, 2-32 pairs.
 - ``retrieval`` (why HySparse2 and the paper's ablation directions): sliding window only, hybrid SWA, HySparse,
-  HySparse2, dense, and four HySparse2 variants (block-level selection, no forced window, gated SWA, no bridging),
-  at the same parameter count, on needles + local copies (:func:`hybrid_lab.trained.tasks.mix`).
+  HySparse2, dense, and four HySparse2 variants, on needles + local copies (:func:`hybrid_lab.trained.tasks.mix`).
 
-Every model sees the same data (the same training seeds), steps, batch, optimizer and learning rate; there is no
-per-model hyper-parameter search (the same budget, zero, for each). Each (model, seed) is a job; ``--jobs`` runs
-several in parallel processes (one GPU holds many of these small models at once).
+Protocol (Zoology's): every model sees the same data (the same training seeds), steps, batch and schedule; each
+model's learning rate is chosen from a small grid (``Experiment.lrs``) by its mean accuracy on a VALIDATION split
+(tasks seeds >= ``tasks.VAL_SEED``), and only the chosen rate's seeds are scored on the TEST split (seeds >=
+``tasks.EVAL_SEED``) and stored. All (seed, lr) trainings of one model run as one vmapped ensemble
+(:mod:`hybrid_lab.trained.ensemble`, deterministic); ``--jobs`` runs several models' ensembles in parallel.
 
-Outputs under ``--out`` (default: the package's ``checkpoints/``): ``EXPERIMENT/MODEL/seedK.npz`` (fp16 weights)
-and ``seedK.json`` (config, seed, command, machine, tokens/s, loss and eval curves, final held-out accuracies);
-``results.json`` aggregates mean ± std over seeds per model and setting.
+Outputs under ``--out`` (default: the package's ``checkpoints/``): ``EXPERIMENT/MODEL/seedK.npz`` (fp16 weights),
+``seedK.json`` (config, seed, chosen lr, command, versions and code version, loss and validation curves, the step
+it learned the task, final validation and test accuracies) and ``EXPERIMENT/MODEL/sweep.json`` (every (lr, seed)'s
+validation accuracies and the choice); ``results.json`` aggregates them per model and setting.
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
+import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -35,62 +40,87 @@ from hybrid_lab.trained import families as fam
 from hybrid_lab.trained import store, tasks
 from hybrid_lab.trained.store import CHECKPOINTS, RESULTS, load_checkpoint, read_checkpoint, save_checkpoint
 
-__all__ = ["Experiment", "EXPERIMENTS", "CHECKPOINTS", "RESULTS", "run_experiment", "evaluate", "eval_sets",
-           "save_checkpoint", "read_checkpoint", "load_checkpoint", "list_checkpoints", "aggregate", "main"]
+__all__ = ["Experiment", "EXPERIMENTS", "CHECKPOINTS", "RESULTS", "run_experiment", "run_jobs", "evaluate",
+           "eval_sets", "save_checkpoint", "read_checkpoint", "load_checkpoint", "list_checkpoints", "aggregate",
+           "verify", "lr_factor", "training_text", "evaluate_members", "LEARN_LEVEL", "main"]
 
 DIST_BUCKETS = ((0, 16), (16, 64), (64, 128))          # in one SWA window / within 4 SWA layers' reach (60) / beyond
+LEARN_LEVEL = 0.9                                      # "learned the task": accuracy >= this
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """A training experiment: a task, the models, the seeds and the training budget (the same for every model)."""
+    """A training experiment: a task, the models, the seeds, the learning-rate grid and the training budget (the same
+    for every model). ``learn``: the setting whose validation curve says when a model learned the task."""
     name: str
     task: str
     task_kw: dict
     models: tuple
-    budget_model: str                   # the parameter budget = this model's count at d_ff = its spec's d_ff
+    budget_model: str                   # the parameter budget = this model's count at its spec's d_ff
     seq_len: int = 128
     steps: int = 2200
     batch: int = 64
-    lr: float = 3e-3
+    lrs: tuple = (3e-3,)
     warmup: int = 100
     weight_decay: float = 0.1
     seeds: tuple = (0, 1, 2)
+    lr_seeds: int = 3                   # the first lr_seeds seeds try every lr; the rest train at the chosen one
     eval_every: int = 250
+    learn: str = ""
     vocab: int = tasks.VOCAB
     override: dict = field(default_factory=dict)     # config fields forced on every model (quick runs)
 
+    @property
+    def lr(self) -> float:
+        """The single learning rate of a one-rate grid (the retrieval experiment)."""
+        return self.lrs[0]
+
 
 MQAR_PAIRS = (2, 4, 8, 16, 32)
+# trained and stored. families.SPECS also defines mamba2_N32, mamba2_N64, dense_mha and dense_local at the same
+# budget: the state-size sweep and the attention variants, not trained yet (see notebook 10)
+MQAR_MODELS = ("mamba2", "mamba2_hybrid", "dense")
 EXPERIMENTS = {
-    "mqar": Experiment("mqar", "mqar", {"n_pairs": MQAR_PAIRS},
-                       ("mamba2", "mamba2_hybrid", "dense", "mamba2_N32", "mamba2_N64"), "dense"),
+    "mqar": Experiment("mqar", "mqar", {"n_pairs": MQAR_PAIRS}, MQAR_MODELS, "dense", lrs=(1e-3, 3e-3, 1e-2),
+                       seeds=tuple(range(10)), eval_every=100, learn="pairs=2"),
     "retrieval": Experiment("retrieval", "mix", {"n_local": 4}, ("swa", "hybrid_swa", "hysparse", "hysparse2", "dense",
                                                      "hysparse2_block", "hysparse2_nowindow", "hysparse2_gatedswa",
-                                                     "hysparse2_nobridge"), "dense"),
+                                                     "hysparse2_nobridge"), "dense", learn="needle"),
 }
 
 
 def quick(exp: Experiment, models=None) -> Experiment:
-    """A reduced config for a CPU in minutes: short sequences, narrow models, few steps, one seed."""
-    kw = {"mqar": {"n_pairs": (2, 4, 8)}, "mix": {"n_needles": (1, 2), "n_local": 2}}[exp.task]
-    small = dict(d_model=32, d_qk=8, d_v=8)
-    return dataclasses.replace(exp, task_kw=kw, models=tuple(models or exp.models), seq_len=64, steps=150, batch=16,
-                               warmup=10, seeds=(0,), eval_every=50, override=small)
+    """A small real run for a CPU in minutes (``--quick``).
+
+    MQAR: 2-4 pairs in 32 tokens, 1000 steps of 32 sequences, lr 3e-3 (what the full run chose for the hybrid), 2
+    seeds, the full-width models; by default only the hybrid, which learns it in ~3 minutes on 2 cores (both seeds
+    >= 0.99 at 2 and 4 pairs; a test checks it). Retrieval: a smoke run (150 steps of 16 x 64 tokens, narrow models):
+    it proves the pipeline, not a result; nothing learns the needles at that budget."""
+    if exp.task == "mqar":
+        return dataclasses.replace(exp, task_kw={"n_pairs": (2, 4)}, models=tuple(models or ("mamba2_hybrid",)),
+                                   seq_len=32, steps=1000, batch=32, warmup=30, seeds=(0, 1), lrs=(3e-3,),
+                                   eval_every=100)
+    return dataclasses.replace(exp, task_kw={"n_needles": (1, 2), "n_local": 2}, models=tuple(models or exp.models),
+                               seq_len=64, steps=150, batch=16, warmup=10, seeds=(0,), eval_every=50,
+                               override=dict(d_model=32, d_qk=8, d_v=8))
 
 
 # ------------------------------------------------------------------------------------------------- evaluation
-def eval_sets(exp: Experiment, n: int = 256) -> dict:
-    """Held-out sets (seeds >= tasks.EVAL_SEED, never used in training): {setting name: Batch}."""
+def eval_sets(exp: Experiment, n: int = 256, split: str = "test") -> dict:
+    """Held-out sets, never used in training: {setting name: Batch}. split "test" (seeds >= tasks.EVAL_SEED: the
+    reported numbers) or "val" (seeds >= tasks.VAL_SEED: the learning-rate choice and the curves)."""
+    if split not in ("test", "val"):
+        raise ValueError(f"split must be 'test' or 'val', got {split!r}")
+    base = tasks.EVAL_SEED if split == "test" else tasks.VAL_SEED
     T = exp.seq_len
     if exp.task == "mqar":
         pairs = exp.task_kw["n_pairs"]
-        return {f"pairs={p}": tasks.mqar(n, T, p, tasks.EVAL_SEED + p) for p in pairs}
+        return {f"pairs={p}": tasks.mqar(n, T, p, base + p) for p in pairs}
     kw = {k: v for k, v in exp.task_kw.items() if k != "n_local"}
-    out = {"mix": tasks.mix(n, T, seed=tasks.EVAL_SEED + 1, **exp.task_kw)}
+    out = {"mix": tasks.mix(n, T, seed=base + 1, **exp.task_kw)}
     if T >= 128:
-        out["needles=4"] = tasks.needles(n, T, 4, seed=tasks.EVAL_SEED + 4, **{k: v for k, v in kw.items()
-                                                                              if k != "n_needles"})
+        out["needles=4"] = tasks.needles(n, T, 4, seed=base + 4, **{k: v for k, v in kw.items()
+                                                                   if k != "n_needles"})
     return out
 
 
@@ -125,187 +155,183 @@ def list_checkpoints(root=CHECKPOINTS, experiments=tuple(EXPERIMENTS)) -> list:
 
 
 # ------------------------------------------------------------------------------------------------- training
-def _lr(step, exp):
+def lr_factor(step: int, exp: Experiment) -> float:
+    """The learning rate at ``step`` over the peak: linear warm-up, then cosine down to 0.1."""
     if step < exp.warmup:
-        return exp.lr * (step + 1) / exp.warmup
+        return (step + 1) / exp.warmup
     t = (step - exp.warmup) / max(1, exp.steps - exp.warmup)
-    return exp.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * t)))
+    return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * t))
 
 
 def model_config(exp: Experiment, model: str, seed: int):
-    """The config of ``model`` in ``exp`` (d_ff matched to the experiment's parameter budget)."""
+    """The config of ``model`` in ``exp``: d_ff chosen so its parameter count is the budget model's (± 2%)."""
     spec = fam.SPECS[model]
     budget = fam.SPECS[exp.budget_model]
     target = fam.n_params(fam.make_config(budget, exp.vocab, budget.d_ff, **exp.override))
-    if spec.match:
-        d_ff = fam.match_d_ff(spec, exp.vocab, target, **exp.override)
-    else:                                       # a sweep: the d_ff of its base model, so only the state grows
-        d_ff = fam.match_d_ff(fam.SPECS["mamba2"], exp.vocab, target, **exp.override)
+    d_ff = fam.match_d_ff(spec, exp.vocab, target, **exp.override) if spec.match else spec.d_ff
     return fam.make_config(spec, exp.vocab, d_ff, seed=seed, **exp.override)
 
 
-def train_one(exp: Experiment, model: str, seed: int, out: Path, command: str, device: str = "auto",
-              show_progress: bool = False) -> dict:
-    """Train one (model, seed) of ``exp``; write its checkpoint; return its meta (with final accuracies)."""
+def training_text(exp: Experiment, model: str) -> str:
+    """What one model's training depends on besides the code: its experiment (the list of other models left out)
+    and the specs of the model and of the budget model. Hashed into the checkpoint's code version."""
+    return repr((dataclasses.replace(exp, models=()), fam.SPECS[model], fam.SPECS[exp.budget_model]))
+
+
+class _Schedule:
+    def __init__(self, exp):
+        self.exp = exp
+
+    def __len__(self):
+        return self.exp.steps
+
+    def __call__(self, step):
+        return lr_factor(step, self.exp)
+
+
+def _batch_fn(exp):
+    def make_batch(seed, step):
+        b = tasks.make_task(exp.task, exp.batch, exp.seq_len, seed=seed * 100_000 + step, **exp.task_kw)
+        return b.tokens, b.targets
+    return make_batch
+
+
+def evaluate_members(logits_all, sets: dict, chunk: int = 64) -> list:
+    """:func:`evaluate` for an ensemble: ``logits_all(tokens (b, T)) -> (K, b, T, vocab)``; [per member {setting:
+    accuracy}]."""
+    out = None
+    for name, b in sets.items():
+        lg = np.concatenate([logits_all(b.tokens[i:i + chunk]) for i in range(0, len(b.tokens), chunk)], axis=1)
+        out = out or [{} for _ in range(len(lg))]
+        for k in range(len(lg)):
+            out[k].update(settings(name, b, lg[k]))
+    return out
+
+
+def _sets_fn(sets):
+    return lambda logits_all: evaluate_members(logits_all, sets)
+
+
+def _score(acc: dict) -> float:
+    """The validation score a learning rate is chosen by: the mean accuracy over the settings (NaN-free ones)."""
+    v = [x for x in acc.values() if not np.isnan(x)]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def train_model(exp: Experiment, model: str, out: Path, command: str, device: str = "auto") -> list:
+    """Train every (seed, lr) of ``model`` in ``exp`` as one ensemble; choose the lr on the validation split; score
+    the chosen lr's seeds on the test split; write their checkpoints and ``sweep.json``. Returns the chosen seeds'
+    metas."""
     import torch
 
-    from hybrid_lab.core.progress import progress
+    from hybrid_lab.trained.ensemble import train_ensemble
+
+    from hybrid_lab.trained import stats
 
     dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     if dev == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("HYBRID_LAB_TRAIN_THREADS", "1"))))
-    torch.manual_seed(seed)
-    cfg = model_config(exp, model, seed)
-    net = fam.torch_model(cfg).to(dev)
-    graphs = dev == "cuda" and os.environ.get("HYBRID_LAB_CUDA_GRAPHS", "1") != "0"
-    lr = torch.tensor(exp.lr, device=dev) if graphs else exp.lr
-    decay = [p for p in net.parameters() if p.ndim >= 2]
-    rest = [p for p in net.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": exp.weight_decay},
-                             {"params": rest, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95), capturable=graphs)
-    sets = eval_sets(exp, n=64)                                  # a small held-out set for the curves
+    val = eval_sets(exp, split="val")
+    curve = eval_sets(exp, n=64, split="val")
+    t0 = time.time()
 
-    def logits_fn(tok):
-        net.eval()
-        with torch.no_grad():
-            lg = net(torch.as_tensor(tok, device=dev)).float().cpu().numpy()
-        net.train()
-        return lg
+    def ensemble(members):
+        cfgs = [model_config(exp, model, s) for s, _ in members]
+        return cfgs, train_ensemble(cfgs, members, _Schedule(exp), _batch_fn(exp), _sets_fn(val), dev,
+                                    exp.eval_every, _sets_fn(curve), exp.weight_decay,
+                                    version_of=training_text(exp, model))
 
-    def batch(step):
-        b = tasks.make_task(exp.task, exp.batch, exp.seq_len, seed=seed * 100_000 + step, **exp.task_kw)
-        return torch.as_tensor(b.tokens, device=dev), torch.as_tensor(b.targets, device=dev)
+    # phase 1: every lr of the grid on the first lr_seeds seeds; the lr with the best mean validation accuracy wins
+    first = exp.seeds[:exp.lr_seeds] if len(exp.lrs) > 1 else exp.seeds
+    members = [(s, lr) for lr in exp.lrs for s in first]
+    cfgs, res = ensemble(members)
+    scores = {lr: float(np.mean([_score(res["final"][k]) for k, (_, r) in enumerate(members) if r == lr]))
+              for lr in exp.lrs}
+    chosen = max(exp.lrs, key=lambda lr: (scores[lr], -lr))            # ties: the smaller rate
+    runs = [(k, cfgs, res, "lr grid") for k, (_, r) in enumerate(members) if r == chosen]
+    sweep_val = {str(lr): {str(s): {a: round(v, 4) for a, v in res["final"][k].items()}
+                           for k, (s, r) in enumerate(members) if r == lr} for lr in exp.lrs}
+    seconds = res["seconds"]
+    rest = [s for s in exp.seeds if s not in first]
+    if rest:                                        # phase 2: the remaining seeds at the chosen lr
+        members2 = [(s, chosen) for s in rest]
+        cfgs2, res2 = ensemble(members2)
+        runs += [(k, cfgs2, res2, "chosen lr") for k in range(len(members2))]
+        seconds += res2["seconds"]
+    test = eval_sets(exp, split="test")
+    tokens = exp.steps * exp.batch * exp.seq_len
+    folder = Path(out) / exp.name / model
+    if folder.exists():
+        shutil.rmtree(folder)                       # a model's results are all of one run
+    metas = []
+    for k, cfgs_k, res_k, phase in runs:
+        seed, cfg = cfgs_k[k].seed, cfgs_k[k]
+        w = res_k["weights"][k]
+        m = fam.numpy_model(fam.config_from_json(fam.config_to_json(cfg), dtype="float32"), w)
+        final = evaluate(lambda t: fam.numpy_logits(m, t), test) if dev == "cpu" else None
+        if final is None:                           # the same fp16 weights, scored by torch on the GPU
+            net = fam.torch_model(m.cfg, w).to(dev)
+            net.eval()
 
-    def train_step(x, y):
-        logits = net(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                                 ignore_index=-1)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        return loss
-
-    def set_lr(value):
-        for g in opt.param_groups:
-            if graphs:
-                g["lr"].fill_(value)
-            else:
-                g["lr"] = value
-
-    step_fn, how = None, "eager"
-    if graphs:      # tiny models are launch-bound: capture the whole step (forward, backward, AdamW) in a CUDA graph
-        try:
-            step_fn = _capture(torch, net, opt, train_step, set_lr, *batch(0))
-            how = "CUDA graph"
-        except Exception as exc:                                # keep training, eagerly, and say so
-            how = f"eager (CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:120]})"
-            graphs = False
-            opt = torch.optim.AdamW([{"params": decay, "weight_decay": exp.weight_decay},
-                                     {"params": rest, "weight_decay": 0.0}], lr=exp.lr, betas=(0.9, 0.95))
-    log = {"step": [], "loss": [], "eval_step": [], "eval": [], "step_mode": how}
-    t_train, tokens_seen = 0.0, 0
-    bar = progress(range(exp.steps), desc=f"{model} seed {seed}") if show_progress else range(exp.steps)
-    for step in bar:
-        t0 = time.perf_counter()                    # the step's time includes making its batch (on the CPU)
-        x, y = batch(step)
-        set_lr(_lr(step, exp))
-        if step_fn is not None:
-            loss = step_fn(x, y)
-        else:
-            opt.zero_grad(set_to_none=True)
-            loss = train_step(x, y)
-        if step % 10 == 0 and dev == "cuda":        # the GPU runs ahead; a sync now and then keeps the clock honest
-            torch.cuda.synchronize()
-        t_train += time.perf_counter() - t0
-        tokens_seen += x.numel()
-        if step % 10 == 0 or step == exp.steps - 1:
-            log["step"].append(step)
-            log["loss"].append(round(float(loss.detach()), 5))
-        if (step + 1) % exp.eval_every == 0 or step == exp.steps - 1:
-            log["eval_step"].append(step + 1)
-            log["eval"].append({k: round(v, 4) for k, v in evaluate(logits_fn, sets).items()})
-    final = evaluate(logits_fn, eval_sets(exp))
-    weights = net.numpy_weights()
-    meta = {
-        "experiment": exp.name, "model": model, "label": fam.SPECS[model].label, "seed": seed,
-        "model_config": fam.config_to_json(cfg), "n_params": fam.n_params(cfg),
-        "task": exp.task, "task_kw": {k: list(v) if isinstance(v, tuple) else v for k, v in exp.task_kw.items()},
-        "train": {"steps": exp.steps, "batch": exp.batch, "seq_len": exp.seq_len, "lr": exp.lr,
-                  "warmup": exp.warmup, "weight_decay": exp.weight_decay, "optimizer": "AdamW(0.9, 0.95)",
-                  "schedule": "linear warm-up, cosine to 0.1 lr", "grad_clip": 1.0,
-                  "data_seeds": f"seed * 100000 + step (step < {exp.steps})",
-                  "loss": "cross-entropy on the answer positions only"},
-        "command": command, "machine": _machine(dev),
-        "tokens_per_s": round(tokens_seen / max(t_train, 1e-9)), "train_seconds": round(t_train, 1),
-        "log": log, "final": {k: round(v, 4) for k, v in final.items()},
-        "eval_sets": "held-out: tasks seeds >= EVAL_SEED (see train.eval_sets), 256 sequences per set",
-    }
-    save_checkpoint(out / exp.name / model / f"seed{seed}", weights, meta)
-    return meta
-
-
-def _capture(torch, net, opt, train_step, set_lr, x0, y0):
-    """Capture one training step in a CUDA graph; returns step_fn(x, y) -> loss that copies the batch into the
-    graph's inputs and replays it. Warm-up steps run at lr 0 (AdamW then leaves the weights unchanged) and the
-    optimizer's moments are zeroed after them, so training starts from the same state as the eager path."""
-    static_x, static_y = x0.clone(), y0.clone()
-    set_lr(0.0)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            train_step(static_x, static_y)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    opt.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph):
-        static_loss = train_step(static_x, static_y)
-    torch.cuda.synchronize()
-    for state in opt.state.values():                 # forget the warm-up (weights did not move at lr 0)
-        for v in state.values():
-            if torch.is_tensor(v):
-                v.zero_()
-
-    def step_fn(x, y):
-        static_x.copy_(x)
-        static_y.copy_(y)
-        graph.replay()
-        return static_loss
-
-    return step_fn
-
-
-def _machine(dev):
-    if dev == "cuda":
-        import torch
-        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+            def lf(t, net=net):
+                with torch.no_grad():
+                    return net(torch.as_tensor(t, device=dev)).float().cpu().numpy()
+            final = evaluate(lf, test)
+        log = dict(res_k["log"][k], step_mode=f"vmapped ensemble, {res_k['step_mode']} ({phase})")
+        steps_to_learn = stats.first_step(log["eval_step"], [e.get(exp.learn, np.nan) for e in log["eval"]],
+                                          LEARN_LEVEL) if exp.learn else None
+        meta = {
+            "experiment": exp.name, "model": model, "label": fam.SPECS[model].label, "seed": seed,
+            "model_config": fam.config_to_json(cfg), "n_params": fam.n_params(cfg),
+            "task": exp.task, "task_kw": {a: list(v) if isinstance(v, tuple) else v for a, v in exp.task_kw.items()},
+            "train": {"steps": exp.steps, "batch": exp.batch, "seq_len": exp.seq_len, "tokens": tokens,
+                      "lr": chosen, "lr_grid": list(exp.lrs), "lr_choice": "highest mean validation accuracy",
+                      "warmup": exp.warmup, "weight_decay": exp.weight_decay, "optimizer": "AdamW(0.9, 0.95)",
+                      "schedule": "linear warm-up, cosine to 0.1 lr", "grad_clip": 1.0,
+                      "data_seeds": f"seed * 100000 + step (step < {exp.steps})",
+                      "loss": "cross-entropy on the answer positions only",
+                      "lr_seeds": list(first),
+                      "ensemble": f"{len(res_k['weights'])} members of {model} trained together (torch.func.vmap), "
+                                  f"{phase} phase"},
+            "command": command, "machine": res_k["versions"]["device"], "versions": res_k["versions"],
+            "tokens_per_s": round(tokens / max(res_k["seconds"], 1e-9)), "train_seconds": round(res_k["seconds"], 1),
+            "log": log, "steps_to_learn": steps_to_learn, "learn_setting": exp.learn, "learn_level": LEARN_LEVEL,
+            "val": {a: round(v, 4) for a, v in res_k["final"][k].items()},
+            "final": {a: round(v, 4) for a, v in final.items()},
+            "eval_sets": "test: tasks seeds >= EVAL_SEED, validation: >= VAL_SEED (see train.eval_sets), 256 "
+                         "sequences per set; the learning curves: 64 validation sequences per set",
+        }
+        save_checkpoint(folder / f"seed{seed}", w, meta)
+        metas.append(meta)
+    sweep = {"model": model, "lrs": list(exp.lrs), "chosen": chosen, "lr_seeds": list(first),
+             "seeds": list(exp.seeds), "val_score": {str(lr): round(v, 4) for lr, v in scores.items()},
+             "val": sweep_val, "n_params": fam.n_params(cfgs[0]), "train_seconds": round(seconds, 1),
+             "seconds": round(time.time() - t0, 1), "command": command, "versions": res["versions"]}
+    (folder / "sweep.json").write_text(json.dumps(sweep, indent=1, sort_keys=True) + "\n")
+    return metas
 
 
 def _job(args):
-    exp, model, seed, out, command, device, bar = args
+    exp, model, out, command, device = args
     t0 = time.time()
-    meta = train_one(exp, model, seed, Path(out), command, device, show_progress=bar)
-    return model, seed, meta["final"], meta["tokens_per_s"], time.time() - t0
+    metas = train_model(exp, model, Path(out), command, device)
+    return model, metas, time.time() - t0
 
 
 def run_experiment(exp: Experiment, out: Path = CHECKPOINTS, jobs: int = 1, device: str = "auto",
                    command: str = "", models=None) -> dict:
-    """Train every (model, seed) of ``exp`` (``jobs`` processes), then aggregate ``out``/results.json."""
+    """Train every model of ``exp`` (``jobs`` processes, one ensemble each), then aggregate ``out``/results.json."""
     return run_jobs([(exp, models or exp.models)], out, jobs, device, command)
 
 
 def run_jobs(plan, out: Path = CHECKPOINTS, jobs: int = 1, device: str = "auto", command: str = "") -> dict:
-    """plan: [(Experiment, models)]. Trains every (experiment, model, seed) in one pool of ``jobs`` processes (the
-    small models leave most of a GPU idle: several at once fill it), then aggregates ``out``/results.json."""
+    """plan: [(Experiment, models)]. One job per (experiment, model): its ensemble of every (seed, lr); ``jobs`` run
+    at once (spawned processes). Prints each experiment's time, then aggregates ``out``/results.json."""
     out = Path(out)
-    bar = jobs <= 1                 # one bar per training; parallel trainings print a line each when done instead
-    todo = [(exp, m, s, str(out), command, device, bar) for exp, models in plan for m in models for s in exp.seeds]
+    todo = [(exp, m, str(out), command, device) for exp, models in plan for m in models]
     for exp, models in plan:
-        print(f"{exp.name}: {len(models)} models x {len(exp.seeds)} seeds, {exp.steps} steps of {exp.batch} x "
-              f"{exp.seq_len} tokens", flush=True)
-    print(f"{len(todo)} trainings, {jobs} at a time", flush=True)
+        print(f"{exp.name}: {len(models)} models x {len(exp.seeds)} seeds x {len(exp.lrs)} learning rates, "
+              f"{exp.steps} steps of {exp.batch} x {exp.seq_len} tokens", flush=True)
     t0 = time.time()
     if jobs <= 1:
         results = map(_job, todo)
@@ -313,20 +339,23 @@ def run_jobs(plan, out: Path = CHECKPOINTS, jobs: int = 1, device: str = "auto",
         import multiprocessing as mp
         ex = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
         results = ex.map(_job, todo)
-    for m, s, final, tps, dt in results:
-        print(f"  {m:22s} seed {s}: {_fmt(final)}  ({tps:,} tok/s, {dt:.0f} s)", flush=True)
+    for m, metas, dt in results:
+        meta = metas[0]
+        print(f"  {m:20s} lr {meta['train']['lr']:g}, {len(metas)} seeds: {_fmt(metas)}  ({dt:.0f} s)", flush=True)
     if jobs > 1:
         ex.shutdown()
     print(f"all trainings done in {time.time() - t0:.0f} s", flush=True)
     return aggregate(out)
 
 
-def _fmt(final):
-    return ", ".join(f"{k} {v:.2f}" for k, v in final.items())
+def _fmt(metas):
+    keys = list(metas[0]["final"])
+    return ", ".join(f"{k} {np.mean([m['final'][k] for m in metas]):.2f}" for k in keys)
 
 
 def aggregate(root=CHECKPOINTS, out=None) -> dict:
-    """results.json from every checkpoint's meta: per experiment and model, mean and std over seeds per setting.
+    """results.json from every checkpoint's meta: per experiment and model, per-seed accuracies (test and
+    validation), mean and std over seeds per setting, the chosen lr and the steps each seed took to learn.
     Written to ``out`` (default ``root``/results.json)."""
     root = Path(root)
     res = {}
@@ -341,10 +370,18 @@ def aggregate(root=CHECKPOINTS, out=None) -> dict:
         m["tokens_per_s"].append(meta["tokens_per_s"])
         for k, v in meta["final"].items():
             m["per_seed"].setdefault(k, []).append(v)
-    for e in res.values():
-        for m in e["models"].values():
+        if "val" in meta:
+            m["lr"] = meta["train"]["lr"]
+            m.setdefault("steps_to_learn", []).append(meta.get("steps_to_learn"))
+            for k, v in meta["val"].items():
+                m.setdefault("per_seed_val", {}).setdefault(k, []).append(v)
+    for exp, e in res.items():
+        for name, m in e["models"].items():
             m["accuracy"] = {k: {"mean": round(float(np.mean(v)), 4), "std": round(float(np.std(v)), 4)}
                              for k, v in m["per_seed"].items()}
+            sweep = root / exp / name / "sweep.json"
+            if sweep.exists():
+                m["val_score_by_lr"] = json.loads(sweep.read_text())["val_score"]
     for p in sorted(root.glob("*/summary.json")):          # experiments without weights (sparda)
         summ = json.loads(p.read_text())
         res[p.parent.name] = {k: summ[k] for k in ("command", "machine", "accuracy", "eval")}
@@ -352,20 +389,56 @@ def aggregate(root=CHECKPOINTS, out=None) -> dict:
     return res
 
 
+def verify(exp: Experiment, models, stored=CHECKPOINTS, jobs: int = 1, device: str = "auto") -> list:
+    """Train ``models`` of ``exp`` again into a temporary folder and compare with the stored checkpoints: returns the
+    differences (empty: every weight and every per-seed accuracy bit-identical)."""
+    diffs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run_jobs([(exp, models)], Path(tmp), jobs, device, "verify")
+        for m in models:
+            for s in exp.seeds:
+                a = Path(stored) / exp.name / m / f"seed{s}"
+                b = Path(tmp) / exp.name / m / f"seed{s}"
+                if not b.with_suffix(".npz").exists():
+                    diffs.append(f"{m} seed {s}: not written again")
+                    continue
+                if not a.with_suffix(".npz").exists():
+                    diffs.append(f"{m} seed {s}: stored checkpoint missing")
+                    continue
+                wa, ma = read_checkpoint(a)
+                wb, mb = read_checkpoint(b)
+                if ma["final"] != mb["final"] or ma.get("val") != mb.get("val"):
+                    diffs.append(f"{m} seed {s}: accuracies {ma['final']} (stored) vs {mb['final']} (again)")
+                bad = sorted(set(wa) ^ set(wb)) or [n for n in wa if not np.array_equal(wa[n], wb[n])]
+                if bad:
+                    diffs.append(f"{m} seed {s}: weights differ ({', '.join(bad[:3])})")
+            sa = json.loads((Path(stored) / exp.name / m / "sweep.json").read_text())
+            sb = json.loads((Path(tmp) / exp.name / m / "sweep.json").read_text())
+            if sa["val"] != sb["val"]:
+                diffs.append(f"{m}: validation sweep differs")
+    return diffs
+
+
 # ------------------------------------------------------------------------------------------------- command line
 def main(argv=None) -> int:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")        # before any CUDA call (deterministic)
     ap = argparse.ArgumentParser(prog="hybrid-lab train", description=__doc__.split("\n\n")[0])
     ap.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["dsa", "sparda", "all"],
                     help="dsa: the lightning indexers on the trained dense model; sparda: InfLLM-V2 block selection "
                          "and decode traces on it (both numpy, CPU; after retrieval)")
-    ap.add_argument("--quick", action="store_true", help="a reduced config for a CPU in minutes (one seed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a small CPU run in minutes (mqar: 2-4 pairs, a real result; retrieval: a smoke run)")
     ap.add_argument("--models", nargs="+", help="train only these models of the experiment")
     ap.add_argument("--out", help="where checkpoints go (default: the package's checkpoints/; --quick: ./trained_quick)")
-    ap.add_argument("--jobs", type=int, default=1, help="parallel training processes (a GPU holds many)")
+    ap.add_argument("--jobs", type=int, default=1, help="models trained in parallel (one process, one ensemble each)")
     ap.add_argument("--device", default="auto", help="cuda, cpu or auto")
     ap.add_argument("--steps", type=int, help="override the number of steps (a different budget: not the stored one)")
-    ap.add_argument("--seeds", type=int, nargs="+", help="override the training seeds (default 0 1 2)")
+    ap.add_argument("--seeds", type=int, nargs="+", help="override the training seeds")
+    ap.add_argument("--lrs", type=float, nargs="+", help="override the learning-rate grid")
+    ap.add_argument("--verify", action="store_true",
+                    help="train again into a temporary folder and compare bit for bit with the stored checkpoints")
     a = ap.parse_args(argv)
+    t_start = time.time()
     names = sorted(EXPERIMENTS) if a.experiment == "all" else [] if a.experiment in ("dsa", "sparda") \
         else [a.experiment]
     for n in names:
@@ -381,13 +454,21 @@ def main(argv=None) -> int:
         exp = EXPERIMENTS[n]
         models = [m for m in (a.models or exp.models) if m in exp.models]
         if a.quick:
-            exp = quick(exp, models)
+            exp = quick(exp, models if a.models else None)
+            models = list(exp.models)
         if a.steps:
             exp = dataclasses.replace(exp, steps=a.steps)
         if a.seeds:
             exp = dataclasses.replace(exp, seeds=tuple(a.seeds))
+        if a.lrs:
+            exp = dataclasses.replace(exp, lrs=tuple(a.lrs))
         if models:
             plan.append((exp, models))
+    if a.verify:
+        diffs = [d for exp, models in plan for d in verify(exp, models, out, a.jobs, a.device)]
+        print("\n".join(diffs) if diffs else "verify: every weight and accuracy bit-identical to the stored ones")
+        print(f"hybrid-lab train {a.experiment} --verify: {time.time() - t_start:.0f} s")
+        return 1 if diffs else 0
     if plan:
         run_jobs(plan, out, a.jobs, a.device, command)
     if a.experiment in ("dsa", "all") and not a.models:
@@ -401,6 +482,7 @@ def main(argv=None) -> int:
                               n_eval=8 if a.quick else 64, command=command)
         aggregate(out)
     print(f"checkpoints and results.json under {out}")
+    print(f"hybrid-lab train {a.experiment}: {time.time() - t_start:.0f} s")
     return 0
 
 

@@ -5,6 +5,8 @@ a numpy model's own outputs, returning a matplotlib Figure (tests read the drawn
 thin ipywidgets wrapper around them.
 
 - :func:`plot_accuracy_vs_k` needle (or local-copy) accuracy when every layer reads only k keys, per selector.
+- :func:`block_table` the printed table of SparDA's block selection: per k chosen, the blocks a query reads (the init
+  and own blocks besides the k) and each selector's accuracy.
 - :func:`plot_recall` how much of the oracle top-k each indexer finds, layer by layer.
 - :func:`random_model_entropy` / :func:`plot_entropy` how concentrated the trained model's attention is, beside
   notebook 04's random TinyLLM (nearly uniform) and the uniform maximum ln(#visible keys).
@@ -28,8 +30,8 @@ from hybrid_lab.trained import dsa, store, tasks
 from hybrid_lab.widgets.static import with_picture
 from hybrid_lab.widgets.trained import explorer
 
-__all__ = ["SELECTOR_COLORS", "BLOCK_SELECTORS", "plot_accuracy_vs_k", "plot_block_accuracy", "plot_recall",
-           "random_model_entropy", "plot_entropy", "plot_selection_layers", "explore"]
+__all__ = ["SELECTOR_COLORS", "BLOCK_SELECTORS", "plot_accuracy_vs_k", "plot_block_accuracy", "block_table",
+           "plot_recall", "random_model_entropy", "plot_entropy", "plot_selection_layers", "explore"]
 
 EXP, MODEL = "dsa", "indexer"                  # where results.json keeps the experiment
 SELECTOR_COLORS = {"oracle": "black", "indexer stage 1": "tab:cyan", "indexer stage 2": "tab:blue",
@@ -135,6 +137,17 @@ def _accuracy_figure(info, colors: dict, ks, kind, unit, xlabel, spread, how, wh
     return fig
 
 
+def _sparda_accuracy(res, kind: str) -> dict:
+    """res["sparda"]["accuracy"], checked, for a kind "needle" or "local"."""
+    if kind not in ("needle", "local"):
+        raise ValueError(f"kind must be 'needle' or 'local', got {kind!r}")
+    acc = res.get("sparda", {}).get("accuracy") if isinstance(res, dict) else None
+    if not isinstance(acc, dict):
+        raise ValueError("res must be the results.json dict with a 'sparda' experiment holding 'accuracy' "
+                         "(report.load_results(); hybrid-lab train sparda)")
+    return acc
+
+
 def plot_block_accuracy(res: dict, kind: str = "needle"):
     """SparDA's block selection on the trained model: accuracy vs k (top blocks beyond init + local, of 16 blocks of 8
     tokens), one line per selector of ``BLOCK_SELECTORS`` (oracle blocks, InfLLM-V2, the Forecast head trained with
@@ -143,12 +156,7 @@ def plot_block_accuracy(res: dict, kind: str = "needle"):
     res: the results.json dict; its ``sparda`` experiment's ``accuracy`` holds ``"<selector> k=<k> <kind>"`` and
     ``"dense <kind>"`` ({"mean", "std"} each). kind: "needle" or "local". Returns a Figure.
     """
-    if kind not in ("needle", "local"):
-        raise ValueError(f"kind must be 'needle' or 'local', got {kind!r}")
-    acc = res.get("sparda", {}).get("accuracy") if isinstance(res, dict) else None
-    if not isinstance(acc, dict):
-        raise ValueError("res must be the results.json dict with a 'sparda' experiment holding 'accuracy' "
-                         "(report.load_results(); hybrid-lab train sparda)")
+    acc = _sparda_accuracy(res, kind)
     info = {"accuracy": acc}
     pat = re.compile(rf"^(.+) k=(\d+) {kind}$")
     ks = sorted({int(m[2]) for s in acc for m in [pat.match(s)] if m and m[1] in BLOCK_SELECTORS})
@@ -157,6 +165,39 @@ def plot_block_accuracy(res: dict, kind: str = "needle"):
     return _accuracy_figure(info, BLOCK_SELECTORS, ks, kind, "block",
                             "k: top blocks each layer reads per query, beyond the init and local blocks (of 16 blocks)",
                             "mean ± std over seeds", "block-sparse attention", "the blocks")
+
+
+def _count_span(counts) -> str:
+    """'6' when every count is 6, '3-6' when they range; counts a non-empty array of ints >= 0."""
+    c = checks.int_array("reads[k]", counts, None, "block counts", lo=0).ravel()
+    if c.size == 0:
+        raise ValueError("reads[k] must hold at least one count (queries of the kind measured)")
+    return str(c.min()) if c.min() == c.max() else f"{c.min()}-{c.max()}"
+
+
+def block_table(res: dict, reads: dict, kind: str = "needle", n_blocks: int = 16) -> str:
+    """The printed table of SparDA's block selection on the trained model, one row per k chosen (the k of ``reads``,
+    sorted): k, the distinct blocks a query reads (``reads[k]``: counts, e.g. ``sparda.answer_reads``; one number when
+    they agree, else their range) of ``n_blocks``, and each selector of ``BLOCK_SELECTORS``'s stored
+    ``"<selector> k=<k> <kind>"`` accuracy as mean ± std (``res["sparda"]["accuracy"]``; n/a where absent).
+    Returns the lines joined by newlines."""
+    acc = _sparda_accuracy(res, kind)
+    if not isinstance(reads, dict) or not reads or any(not isinstance(k, numbers.Integral) or isinstance(k, bool)
+                                                       or k < 1 for k in reads):
+        raise ValueError(f"reads must be a non-empty dict {{k >= 1: block counts}}, got "
+                         f"{sorted(map(str, reads)) if isinstance(reads, dict) else type(reads).__name__}")
+    n_blocks = checks.pos_int("n_blocks", n_blocks)
+    info = {"accuracy": acc}
+    head = f"{'k chosen':>8s} {'blocks read':>13s} " + " ".join(f"{s:>15s}" for s in BLOCK_SELECTORS)
+    lines = [head + f"   ({kind} accuracy, measured)"]
+    for k in sorted(reads):
+        span = _count_span(reads[k])
+        cells = []
+        for name in BLOCK_SELECTORS:
+            m, sd = _stat(info, f"{name} k={k} {kind}")
+            cells.append(f"{'n/a' if np.isnan(m) else f'{m:.2f} ± {sd:.2f}':>15s}")
+        lines.append(f"{k:>8d} {span + f' of {n_blocks}':>13s} " + " ".join(cells))
+    return "\n".join(lines)
 
 
 def plot_recall(res: dict, k: int = 8, seq_len: int = 128):

@@ -1,0 +1,283 @@
+"""trained.stats: the statistics that decide a claim from many training seeds (Wilson share, permutation p,
+bootstrap interval, the verdict rules in their order)."""
+import math
+import re
+
+import numpy as np
+import pytest
+
+from hybrid_lab.trained import stats
+
+
+def _spread(mean, std, n, lo=-1.5, hi=1.5):
+    """n accuracies with exactly this mean and (ddof-0) std, evenly spread."""
+    z = np.linspace(lo, hi, n)
+    z = (z - z.mean()) / z.std()
+    return list(mean + std * z)
+
+
+# ------------------------------------------------------------------------------------------------- wilson
+def _wilson_closed(k, n, z=1.96):
+    p = k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return c - h, c + h
+
+
+def test_wilson_known_values():
+    z2n = 1.96 ** 2 / 10
+    assert stats.wilson(0, 10) == (0.0, pytest.approx(z2n / (1 + z2n), abs=1e-12))
+    assert stats.wilson(0, 10)[1] == pytest.approx(0.27754, abs=1e-5)
+    assert stats.wilson(10, 10) == (pytest.approx(1 / (1 + z2n), abs=1e-12), 1.0)
+    lo, hi = stats.wilson(5, 10)
+    assert (lo, hi) == pytest.approx(_wilson_closed(5, 10), abs=1e-12)
+    assert (lo, hi) == pytest.approx((0.23659, 0.76341), abs=1e-5)
+    assert stats.wilson(3, 7, z=2.576) == pytest.approx(_wilson_closed(3, 7, 2.576), abs=1e-12)
+    assert stats.wilson(np.int64(1), np.int64(4)) == pytest.approx(_wilson_closed(1, 4), abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------- first_step
+def test_first_step():
+    steps, curve = [0, 100, 200, 300], [0.1, 0.5, 0.9, 0.95]
+    assert stats.first_step(steps, curve, 0.9) == 200                # >= level: reaching it counts
+    assert stats.first_step(steps, curve, 0.05) == 0
+    assert stats.first_step(steps, curve, 0.99) is None
+    assert stats.first_step(np.array(steps), np.array(curve), 0.5) == 100
+    assert type(stats.first_step(np.array(steps), curve, 0.5)) is int
+
+
+# ------------------------------------------------------------------------------------------------- summarize
+def test_summarize():
+    acc = [0.95, 0.2, 0.91, 0.89, 1.0]
+    s = stats.summarize(acc, steps=[300, None, 500, None, 100], level=0.9)
+    assert s["n"] == 5 and s["learned"] == 3 and s["share"] == pytest.approx(0.6)
+    assert (s["share_lo"], s["share_hi"]) == stats.wilson(3, 5)
+    assert s["median_steps"] == 300
+    assert s["acc_learned"] == pytest.approx((0.95 + 0.91 + 1.0) / 3)
+    assert s["mean"] == pytest.approx(np.mean(acc)) and s["std"] == pytest.approx(np.std(acc))
+    assert s["median"] == pytest.approx(0.91)
+    assert stats.summarize(acc)["median_steps"] is None                        # no steps given
+    none = stats.summarize([0.1, 0.2], steps=[None, None])
+    assert none["learned"] == 0 and none["median_steps"] is None and math.isnan(none["acc_learned"])
+    assert none["share_lo"] == 0.0
+    # a learner without a recorded step is left out of the median, not counted as 0
+    assert stats.summarize([0.95, 0.97], steps=[None, 40])["median_steps"] == 40
+
+
+# ------------------------------------------------------------------------------------------------- permutation p
+def test_permutation_p_exact_by_hand():
+    # pooled {0.1, 0.2, 0.3, 0.5}, 6 splits of 2 vs 2; mean(A) - mean(B):
+    # {.1,.2} -.25  {.1,.3} -.15  {.1,.5} +.05  {.2,.3} -.05  {.2,.5} +.15  {.3,.5} +.25
+    kw = dict(min_seeds=1, level=0.05)
+    assert stats.compare([0.1, 0.2], [0.3, 0.5], **kw)["p"] == pytest.approx(2 / 6)     # |d| >= .25: 2 of 6
+    assert stats.compare([0.1, 0.3], [0.2, 0.5], **kw)["p"] == pytest.approx(4 / 6)     # |d| >= .15: 4 (ties count)
+    assert stats.compare([0.1, 0.5], [0.2, 0.3], **kw)["p"] == pytest.approx(1.0)       # |d| >= .05: all 6
+    # 1 vs 3: {.9}: +.7, {.1}: -.367, {.2}: -.233, {.3}: -.1 -> only the observed split is as extreme
+    assert stats.compare([0.9], [0.1, 0.2, 0.3], **kw)["p"] == pytest.approx(1 / 4)
+
+
+def test_permutation_p_monte_carlo():
+    a, b = [0.95 + 0.004 * i for i in range(10)], [0.6 + 0.02 * i for i in range(10)]
+    r = stats.compare(a, b)                         # C(20, 10) = 184,756 splits > n_perm: Monte Carlo, add-one
+    assert 1 / 20001 <= r["p"] <= 4 / 20001
+    assert (r["p"] * 20001) == pytest.approx(round(r["p"] * 20001))
+    # a moderate case: Monte Carlo agrees with the exact enumeration of its C(12, 6) = 924 splits
+    x, y = [0.9, 0.7, 0.8, 0.95, 0.6, 0.85], [0.7, 0.65, 0.8, 0.5, 0.75, 0.6]
+    exact = stats.compare(x, y, min_seeds=1, level=0.5)["p"]
+    mc = stats.compare(x, y, min_seeds=1, level=0.5, n_perm=900)["p"]
+    assert exact * 924 == pytest.approx(round(exact * 924))
+    assert abs(mc - exact) < 4 * math.sqrt(exact * (1 - exact) / 900) + 1 / 901
+
+
+# ------------------------------------------------------------------------------------------------- verdicts
+CLEAR_A = [0.95 + 0.004 * i for i in range(10)]
+CLEAR_B = [0.55 + 0.03 * i for i in range(10)]
+
+
+def test_bug_case_plateau_is_untestable():
+    # the reported bug: 0.44 ± 0.11 vs 0.39 ± 0.01 around chance 0.387, nothing learned: no verdict either way
+    a, b = _spread(0.44, 0.11, 10), _spread(0.39, 0.01, 10)
+    assert np.mean(a) == pytest.approx(0.44) and np.std(a) == pytest.approx(0.11)
+    r = stats.compare(a, b, chance=0.387)
+    assert r["verdict"] == "untestable here: neither model learned the task", r
+    assert stats.compare(a, b, expect="same", chance=0.387)["verdict"].startswith("untestable here:")
+    # with many seeds the difference is significant, and still says nothing about the claim
+    a40, b40 = _spread(0.44, 0.11, 40), _spread(0.39, 0.01, 40)
+    r40 = stats.compare(a40, b40, chance=0.387)
+    assert r40["p"] < 0.05 and r40["verdict"].startswith("untestable here:")
+
+
+def test_both_at_chance_or_on_the_plateau():
+    a, b = _spread(0.41, 0.01, 10), _spread(0.40, 0.01, 10)          # every seed <= 0.387 + 0.05
+    r = stats.compare(a, b, chance=0.387, level=0.4)              # the plateau rule comes before "learned"
+    assert r["verdict"] == "untestable here: both at chance / on the plateau"
+    assert "0.387" in r["reason"]
+    assert stats.compare(a, b, chance=0.387)["verdict"] == "untestable here: both at chance / on the plateau"
+    # one seed off the plateau: the plateau rule no longer applies
+    assert stats.compare(a[:-1] + [0.45], b, chance=0.387, level=0.4)["verdict"] != r["verdict"]
+
+
+def test_both_at_ceiling():
+    r = stats.compare([1.0] * 10, [1.0] * 10)
+    assert r["verdict"] == "untestable here: both at ceiling" and r["diff"] == 0.0 and r["p"] == 1.0
+    assert stats.compare([1.0] * 10, [0.995] * 10, expect="same")["verdict"] == "untestable here: both at ceiling"
+
+
+def test_fewer_than_min_seeds():
+    r = stats.compare([0.99, 0.98, 0.97], [0.1, 0.2, 0.3])
+    assert r["verdict"] == "untestable here: fewer than 10 seeds" and "3 and 3" in r["reason"]
+    assert stats.compare(CLEAR_A, CLEAR_B[:9])["verdict"] == "untestable here: fewer than 10 seeds"
+    assert stats.compare(CLEAR_A[:3], CLEAR_B[:3], min_seeds=3)["verdict"].startswith("not reproduced: no diff")
+    assert stats.compare([0.1] * 3, [0.1] * 3, min_seeds=5)["verdict"] == "untestable here: fewer than 5 seeds"
+
+
+def test_better_reproduced_reversed_no_difference():
+    r = stats.compare(CLEAR_A, CLEAR_B)
+    assert r["verdict"] == "reproduced" and r["diff"] == pytest.approx(0.283) and r["p"] < 0.001
+    assert r["interval"] is None and "10 vs 10 seeds" in r["reason"]
+    assert r["summary_a"]["learned"] == 10 and r["summary_b"]["learned"] == 0
+    rev = stats.compare(CLEAR_B, CLEAR_A)
+    assert rev["verdict"] == "not reproduced: reversed" and rev["diff"] < 0
+    noisy_a, noisy_b = _spread(0.75, 0.12, 10), _spread(0.73, 0.12, 10)
+    nd = stats.compare(noisy_a, noisy_b)
+    assert re.fullmatch(r"not reproduced: no difference detected \(p = \d\.\d\d\)", nd["verdict"]), nd
+    assert f"p = {nd['p']:.2f}" in nd["verdict"] and nd["p"] >= 0.05
+    # alpha decides: a tiny alpha turns the clear case into "no difference detected"
+    assert stats.compare(CLEAR_A, CLEAR_B, alpha=1e-9)["verdict"].startswith("not reproduced: no difference")
+
+
+def test_neither_learned():
+    a, b = [0.7 + 0.01 * i for i in range(10)], [0.3 + 0.01 * i for i in range(10)]
+    r = stats.compare(a, b)                                       # clearly separated, but neither reaches 0.9
+    assert r["p"] < 0.001 and r["verdict"] == "untestable here: neither model learned the task"
+    assert stats.compare(a, b, level=0.75)["verdict"] == "reproduced"          # one seed of a learned: testable
+
+
+def test_same_branches():
+    tight_a, tight_b = _spread(0.95, 0.005, 10), _spread(0.952, 0.005, 10)
+    r = stats.compare(tight_a, tight_b, expect="same")
+    assert r["verdict"] == "reproduced (equal within ±0.05)", r
+    lo, hi = r["interval"]
+    assert -0.05 <= lo < r["diff"] < hi <= 0.05
+    assert stats.compare(tight_a, tight_b, expect="same", tol=0.001)["verdict"].startswith("untestable here: too")
+    differ = stats.compare(CLEAR_A, [0.85 + 0.01 * i for i in range(10)], expect="same")
+    assert re.fullmatch(r"not reproduced: differ by 0\.\d\d", differ["verdict"]) and differ["p"] < 0.05
+    assert differ["verdict"] == f"not reproduced: differ by {abs(differ['diff']):.2f}"
+    noisy = stats.compare(_spread(0.75, 0.12, 10), _spread(0.73, 0.12, 10), expect="same")
+    assert re.fullmatch(r"untestable here: too noisy to show equality \(interval \[[-+]0\.\d\d, [-+]0\.\d\d\]\)",
+                        noisy["verdict"]), noisy
+    # a "same" claim needs a baseline that learned, even when a did
+    base = stats.compare(CLEAR_A, [0.8 + 0.005 * i for i in range(10)], expect="same")
+    assert base["verdict"] == "untestable here: the baseline did not learn the task"
+    assert stats.compare([0.5] * 10, [0.5] * 10, expect="same")["verdict"] == \
+        "untestable here: neither model learned the task"
+
+
+def test_compare_is_deterministic():
+    noisy_a, noisy_b = _spread(0.82, 0.08, 12), _spread(0.8, 0.08, 11)
+    for expect in ("better", "same"):
+        first = stats.compare(noisy_a, noisy_b, expect=expect, seed=3)
+        assert repr(first) == repr(stats.compare(noisy_a, noisy_b, expect=expect, seed=3))
+        assert repr(first) == repr(stats.compare(np.array(noisy_a), tuple(noisy_b), expect=expect, seed=3))
+    assert set(first) == {"verdict", "reason", "diff", "p", "interval", "summary_a", "summary_b"}
+
+
+def test_verdict_from_means():
+    f = stats.verdict_from_means
+    assert f((1.0, 0.0), (0.995, 0.004)) == "untestable here: both at ceiling"
+    assert f((0.42, 0.11), (0.39, 0.01), chance=0.387) == "untestable here: both at chance / on the plateau"
+    # the bug case's means: 0.44 > 0.387 + 0.05, so the means alone cannot call it; never "reproduced"
+    assert f((0.44, 0.11), (0.39, 0.01), chance=0.387) == "see compare(): per-seed values needed"
+    assert f((0.9, 0.02), (0.5, 0.05), n_seeds=3) == "untestable here: fewer than 10 seeds"
+    assert f((0.9, 0.02), (0.5, 0.05), n_seeds=3, min_seeds=3) == "see compare(): per-seed values needed"
+    assert f((0.9, 0.02), (0.5, 0.05), expect="same") == "see compare(): per-seed values needed"
+    assert f((0.9, 0.02), (0.5, 0.05), chance=0.387) == "see compare(): per-seed values needed"
+    # the same wording as compare()
+    assert f((1.0, 0.0), (1.0, 0.0)) == stats.compare([1.0] * 10, [1.0] * 10)["verdict"]
+
+
+# ------------------------------------------------------------------------------------------------- bad input
+GOOD = [0.9, 0.8]
+BAD_ACC = [[math.nan, 0.5], [0.5, math.inf], [1.5, 0.5], [0.5, -0.1], [], (), [True, 0.5], [0.5, "0.5"], [[0.5]],
+           [0.5, None], [0.5, 1j], None, "0.9", 0.9, {0.9: 1}, np.array([True, False]), np.array([[0.5, 0.6]]),
+           np.array([0.5, np.nan]), np.array(["0.5"]), np.array([], dtype=float)]
+
+
+@pytest.mark.parametrize("bad", BAD_ACC, ids=repr)
+def test_bad_accuracies(bad):
+    with pytest.raises(ValueError, match=r"^acc"):
+        stats.summarize(bad)
+    with pytest.raises(ValueError, match=r"^a\b"):
+        stats.compare(bad, GOOD)
+    with pytest.raises(ValueError, match=r"^b\b"):
+        stats.compare(GOOD, bad)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(k=11, n=10), "k"), (dict(k=-1, n=10), "k"), (dict(k=2.0, n=10), "k"), (dict(k=True, n=10), "k"),
+    (dict(k=0, n=0), "n"), (dict(k=1, n=10.0), "n"), (dict(k=1, n=math.nan), "n"), (dict(k=1, n="10"), "n"),
+    (dict(k=1, n=10, z=0), "z"), (dict(k=1, n=10, z=-1.96), "z"), (dict(k=1, n=10, z=math.nan), "z"),
+])
+def test_bad_wilson(kwargs, name):
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        stats.wilson(**kwargs)
+
+
+@pytest.mark.parametrize("steps, curve, level, name", [
+    ([0, 100], [0.5], 0.9, "curve"), ([], [], 0.9, "eval_steps"), ([100, 100], [0.5, 0.6], 0.9, "eval_steps"),
+    ([200, 100], [0.5, 0.6], 0.9, "eval_steps"), ([0.0, 100.0], [0.5, 0.6], 0.9, "eval_steps"),
+    ([-100, 0], [0.5, 0.6], 0.9, "eval_steps"), ([True, 2], [0.5, 0.6], 0.9, "eval_steps"),
+    ([0, 100], [0.5, math.nan], 0.9, "curve"), ([0, 100], [0.5, 1.2], 0.9, "curve"),
+    ([0, 100], [0.5, 0.6], 0, "level"), ([0, 100], [0.5, 0.6], 1.1, "level"), ([0, 100], [0.5, 0.6], "0.9", "level"),
+    ([0, 100], [0.5, 0.6], math.nan, "level"), ([0, 100], [0.5, 0.6], True, "level"),
+])
+def test_bad_first_step(steps, curve, level, name):
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        stats.first_step(steps, curve, level)
+
+
+@pytest.mark.parametrize("steps", [[100], [100, 200, 300], [100, 2.5], [100, -1], [100, True], [100, math.nan],
+                                   "100", np.array([1.0, 2.0]), 100])
+def test_bad_steps(steps):
+    with pytest.raises(ValueError, match=r"^steps"):
+        stats.summarize(GOOD, steps=steps)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(expect="worse"), "expect"), (dict(expect=1), "expect"),
+    (dict(level=0), "level"), (dict(level=1.5), "level"), (dict(level=math.nan), "level"),
+    (dict(chance=1.0), "chance"), (dict(chance=-0.1), "chance"), (dict(chance="0.3"), "chance"),
+    (dict(ceiling=0), "ceiling"), (dict(ceiling=1.01), "ceiling"),
+    (dict(min_seeds=0), "min_seeds"), (dict(min_seeds=2.5), "min_seeds"), (dict(min_seeds=True), "min_seeds"),
+    (dict(tol=0), "tol"), (dict(tol=1), "tol"), (dict(alpha=0), "alpha"), (dict(alpha=1.0), "alpha"),
+    (dict(alpha=math.inf), "alpha"), (dict(n_perm=0), "n_perm"), (dict(n_perm=100.0), "n_perm"),
+    (dict(seed=-1), "seed"), (dict(seed=None), "seed"), (dict(seed=1.5), "seed"),
+])
+def test_bad_compare_options(kwargs, name):
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        stats.compare(CLEAR_A, CLEAR_B, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(better=0.9), "better"), (dict(better=(0.9,)), "better"), (dict(better=(math.nan, 0.1)), "better"),
+    (dict(worse=(0.5, 1.5)), "worse"), (dict(worse=(True, 0.1)), "worse"), (dict(worse=("0.5", 0.1)), "worse"),
+    (dict(expect="maybe"), "expect"), (dict(chance=1.0), "chance"), (dict(ceiling=0), "ceiling"),
+    (dict(n_seeds=0), "n_seeds"), (dict(n_seeds=3.0), "n_seeds"), (dict(min_seeds=0), "min_seeds"),
+])
+def test_bad_verdict_from_means(kwargs, name):
+    args = dict(better=(0.9, 0.02), worse=(0.5, 0.05)) | kwargs
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        stats.verdict_from_means(**args)
+
+
+def test_messages_say_what_was_expected_and_given():
+    with pytest.raises(ValueError, match=r"acc\[1\] must be an accuracy .*\[0, 1\].*got nan"):
+        stats.summarize([0.5, math.nan])
+    with pytest.raises(ValueError, match=r"a\[0\] must be an accuracy.*got True"):
+        stats.compare([True] * 10, CLEAR_B)
+    with pytest.raises(ValueError, match=r"k must be <= n = 10.*got 11"):
+        stats.wilson(11, 10)
+    with pytest.raises(ValueError, match=r"level must lie in \(0, 1\], got 0"):
+        stats.summarize(GOOD, level=0)
+    with pytest.raises(ValueError, match=r"steps must have one entry per seed of acc \(2\), got 1"):
+        stats.summarize(GOOD, steps=[3])

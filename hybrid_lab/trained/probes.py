@@ -278,7 +278,6 @@ def previous_token_scores(model, tokens, branch: str = "main", positions=None) -
     """
     model, branch = _model(model), _branch(branch)
     rows = _token_rows("tokens", tokens, model.cfg.vocab, min_len=2)
-    T = rows.shape[1]
     if positions is None:
         mask = np.ones(rows.shape, bool)
     else:

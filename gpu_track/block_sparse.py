@@ -117,15 +117,19 @@ def block_sparse_attention(q, k, v, block_idx, block_size: int = 64, scale=None,
     program holds one query; default: enough for ~4 programs per SM of an H200 when B·T·Hkv is small.
     """
     check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t, nsplit)
+    block_t, nsplit = (None if a is None else int(a) for a in (block_t, nsplit))
     B, T, Hq, d = q.shape
     S, Hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    # a block of >= S tokens is the one block [0, S): the same attention, and a tile the kernel can hold
+    block_size = min(int(block_size), max(S, 1))
     q_pos = query_positions(q_pos, T, S, like=q, hi=S)
     G = Hq // Hkv
     BG = pow2(G, 1)
     block_idx = block_idx.to(torch.int32).contiguous()
     o = alloc((B, T, Hq, dv), q.dtype, q.device)
     n_listed = block_idx.shape[3]
-    if B * T == 0:
+    if B * T == 0 or n_listed == 0:                    # no block listed: 0, as the numpy twin
+        o.zero_()
         return o
     if block_t is None:
         block_t = max(1, 128 // BG) if T > 1 else 1

@@ -11,7 +11,9 @@ NaN/inf in q, k, v are not looked for here (a full extra pass over the KV cache)
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -145,6 +147,8 @@ def check_gqa_operands(q, k, v, q_doc: str = "(B, T, Hq, d)"):
     S, Hkv = k.shape[1], k.shape[2]
     check_tensor("v", v, (B, S, Hkv, None), (q.dtype,), like=q, doc=f"(B={B}, S={S}, Hkv={Hkv}, dv) in q's dtype")
     check(Hkv >= 1 and Hq % Hkv == 0, f"Hq={Hq} must be a multiple of Hkv={Hkv} (k's heads)")
+    # as the ops' contracts: the default scale d**-0.5 needs d >= 1, and a value of width 0 gives no output
+    check(d >= 1 and v.shape[3] >= 1, f"q, k and v must have d >= 1 and dv >= 1, got d={d}, dv={v.shape[3]}")
     return B, S, Hq, Hkv, d, v.shape[3]
 
 
@@ -187,10 +191,15 @@ def check_finite(name: str, t: torch.Tensor) -> None:
     check(bool(torch.isfinite(t).all()), f"{name} must be finite, got {t.tolist() if t.numel() <= 8 else 'NaN/inf'}")
 
 
+def is_int(v) -> bool:
+    """A Python or numpy integer scalar: bools, floats and arrays (a one-element array too) are not sizes."""
+    return isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 def check_int(name: str, v, lo: int = 1) -> int:
-    """A Python (or numpy) integer >= lo (bool refused)."""
-    ok = not isinstance(v, bool) and hasattr(v, "__index__")
-    check(ok and int(v) >= lo, f"{name} must be an integer >= {lo}, got {v!r}")
+    """A Python or numpy integer >= lo, returned as a Python int (what the launch and the kernels must get: an
+    ``np.int32`` constexpr or a one-element array fails inside Triton)."""
+    check(is_int(v) and int(v) >= lo, f"{name} must be an integer >= {lo}, got {v!r}")
     return int(v)
 
 
@@ -202,12 +211,12 @@ def check_tile(name: str, v, lo: int = 16) -> int:
 
 
 def check_scale(scale) -> None:
-    """The softmax scale: None (d ** -0.5) or a finite real number."""
+    """The softmax scale: None (d ** -0.5) or a finite number > 0 (the inverse temperature, as the ops' contracts)."""
     try:
         ok = scale is None or (not isinstance(scale, bool) and math.isfinite(float(scale)))
     except (TypeError, ValueError):
         ok = False
-    check(ok, f"scale must be None or a finite number, got {scale!r}")
+    check(ok and (scale is None or float(scale) > 0), f"scale must be None or a finite number > 0, got {scale!r}")
 
 
 def query_positions(q_pos, T: int, S: int, like: torch.Tensor, hi: int | None) -> torch.Tensor:

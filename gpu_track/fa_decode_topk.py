@@ -101,6 +101,7 @@ def fa_decode(q, k, v, window, scale=None, sink=None, block_s: int = 64, nsplit:
     Returns (o: (B, Hq, dv) in q's dtype, score: (B, Hkv, S) float32/float64, -inf for s >= S - window).
     """
     check_fa_decode_args(q, k, v, window, scale, sink, block_s, nsplit)
+    window, block_s, nsplit = int(window), int(block_s), None if nsplit is None else int(nsplit)
     B, Hq, d = q.shape
     S, Hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     G = Hq // Hkv
@@ -108,7 +109,7 @@ def fa_decode(q, k, v, window, scale=None, sink=None, block_s: int = 64, nsplit:
     dev = q.device
     o = alloc((B, Hq, dv), q.dtype, dev)
     score = alloc((B, Hkv, S), acc_t, dev)
-    if S == 0:
+    if S == 0 or B == 0:
         o.zero_()
         return o, score
     if nsplit is None:   # enough programs to fill the GPU: about 4 per SM over B * Hkv * nsplit
@@ -129,7 +130,8 @@ def fa_decode(q, k, v, window, scale=None, sink=None, block_s: int = 64, nsplit:
     sink_t = sink.to(device=dev, dtype=acc_t).contiguous() if sink is not None else None
     combine_splits(part_m, part_l, part_acc, sink_t, o, m_fin, l_fin)
     block_score = 256
-    _group_score_kernel[(B, Hkv, triton.cdiv(S, block_score))](logits, m_fin, l_fin, score, S, S - window,
+    # a window past the first key leaves nothing outside it: start 0 (fits the kernel's int32 for any window)
+    _group_score_kernel[(B, Hkv, triton.cdiv(S, block_score))](logits, m_fin, l_fin, score, S, max(S - window, 0),
                                                                HQ=Hq, HKV=Hkv, G=G, BLOCK_G=pow2(G, 1),
                                                                BLOCK_S=block_score)
     return o, score
@@ -137,6 +139,6 @@ def fa_decode(q, k, v, window, scale=None, sink=None, block_s: int = 64, nsplit:
 
 def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     """Returns (o: (B, Hq, dv), idx: (B, Hkv, topk) int64): exact attention + the group's top-k outside the window."""
-    check_int("topk", topk)
+    topk = check_int("topk", topk)
     o, score = fa_decode(q, k, v, window, scale, sink)
     return o, topk_stable(score, topk)

@@ -151,6 +151,8 @@ def indexer_scores(q, w, k, q_pos=None, block_s: int = 64, block_t: int | None =
     of the streamed form (default: enough programs for ~4 per SM of an H200).
     """
     check_indexer_args(q, w, k, block_s, block_t, k_scale, variant, span)
+    block_s = int(block_s)
+    block_t, span = (None if a is None else int(a) for a in (block_t, span))
     B, T, Hi, di = q.shape
     S = k.shape[1]
     q_pos = query_positions(q_pos, T, S, like=q, hi=None)
@@ -184,7 +186,7 @@ def indexer_scores(q, w, k, q_pos=None, block_s: int = 64, block_t: int | None =
 
 def lightning_indexer(q, w, k, topk, q_pos=None):
     """Scores and deterministic top-k: returns (scores (B, T, S), idx (B, T, topk) int64, -1 padded)."""
-    check_int("topk", topk)
+    topk = check_int("topk", topk)
     scores = indexer_scores(q, w, k, q_pos)
     return scores, topk_stable(scores, topk)
 
@@ -218,7 +220,7 @@ def lightning_indexer_fp8(q, w, k, topk, q_pos=None):
     """The FP8 path end to end, same signature as ``lightning_indexer``: quantize q per (token, head) and k per
     token, score in FP8 on tensor cores (float32 accumulation), top-k. Twin:
     ``hybrid_lab.ops.lightning_indexer.lightning_indexer_fp8``. Returns (scores float32, idx int64)."""
-    check_int("topk", topk)
+    topk = check_int("topk", topk)
     check_tensor("q", q, (None,) * 4, doc="(B, T, Hi, di)")
     check_tensor("w", w, q.shape[:3], like=q, doc=f"(B, T, Hi) = {tuple(q.shape[:3])}")
     check_tensor("k", k, (q.shape[0], None, q.shape[3]), like=q, doc=f"(B={q.shape[0]}, S, di={q.shape[3]})")

@@ -18,8 +18,8 @@ from gpu_track import lightning_indexer as _li
 from gpu_track import selective_scan as _ss
 from gpu_track import sparse_attention as _sa
 from gpu_track import ssd as _ssd
-from gpu_track.common import device
-from hybrid_lab.ops.contracts import float_dtype
+from gpu_track.common import device, topk_stable
+from hybrid_lab.ops.contracts import check_scores, float_dtype
 
 _TORCH_FLOAT = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
                 np.dtype(np.float64): torch.float64}
@@ -86,16 +86,18 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
     ft = _operand_dtype(q, w, k)
     # positions past the last key all mean "sees every key": clamp to what the kernel's int32 holds
     qp = None if q_pos is None else _t(np.minimum(q_pos, np.iinfo(np.int32).max))
-    scores, idx = _li.lightning_indexer(_t(q, ft), _t(w, ft), _t(k, ft), int(topk), qp)
-    return _np(scores, float_dtype(q, w, k)), _np(idx, np.int64)
+    scores = check_scores(_np(_li.indexer_scores(_t(q, ft), _t(w, ft), _t(k, ft), qp), float_dtype(q, w, k)),
+                          "q, w and k")
+    return scores, _np(topk_stable(torch.from_numpy(scores), int(topk)), np.int64)
 
 
 def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     """HySparse2 FA decode + top-k on the Triton kernels; see ``hybrid_lab.ops.fa_decode.fa_decode_topk``."""
     ft = _operand_dtype(q, k, v)
     sink_t = None if sink is None else _t(sink).reshape(-1)
-    o, idx = _fa.fa_decode_topk(_t(q, ft), _t(k, ft), _t(v, ft), int(topk), int(window), scale, sink_t)
-    return _np(o, float_dtype(q)), _np(idx, np.int64)
+    o, score = _fa.fa_decode(_t(q, ft), _t(k, ft), _t(v, ft), int(window), scale, sink_t)
+    check_scores(score.cpu().numpy(), "q and k")                 # -inf inside the window: what is ranked
+    return _np(o, float_dtype(q)), _np(topk_stable(score, int(topk)), np.int64)
 
 
 def block_sparse_attention(q, k, v, block_idx, block_size=64, scale=None, q_pos=None):

@@ -220,6 +220,7 @@ def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: in
     lie across a warp's lanes (the rest are looped over in each thread's registers; capped at ``block_d``).
     """
     check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, variant, lanes_d)
+    chunk, block_d, lanes_d = int(chunk), int(block_d), int(lanes_d)     # checked integers, as Python ints
     Bt, L, Dm = x.shape
     N = A.shape[1]
     acc = acc_torch_dtype(*_dtypes(x, dt, A, B, C))
@@ -248,6 +249,7 @@ def selective_scan_unfused(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, blo
     scan them. Same arguments and result; moves ``scan_bytes(..., fused=False)`` bytes instead of
     ``scan_bytes(..., fused=True)``."""
     check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, "chunked")
+    chunk, block_d = int(chunk), int(block_d)
     Bt, L, Dm = x.shape
     N = A.shape[1]
     acc = acc_torch_dtype(*_dtypes(x, dt, A, B, C))
@@ -256,8 +258,10 @@ def selective_scan_unfused(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, blo
     if Bt * Dm == 0:
         return y, h_last
     dt_a = dt.to(acc)
-    a_bar = torch.exp(dt_a[..., None] * A.to(acc))                                  # (Bt, L, Dm, N) in HBM
-    u_bar = (dt_a * x.to(acc))[..., None] * B.to(acc)[:, :, None, :]               # (Bt, L, Dm, N) in HBM
+    # elementwise torch ops keep their inputs' strides (a Fortran-ordered dt gives a Fortran-ordered a_bar): the
+    # kernel indexes them as contiguous
+    a_bar = torch.exp(dt_a[..., None] * A.to(acc)).contiguous()                     # (Bt, L, Dm, N) in HBM
+    u_bar = ((dt_a * x.to(acc))[..., None] * B.to(acc)[:, :, None, :]).contiguous()  # (Bt, L, Dm, N) in HBM
     _scan_materialized_kernel[(Bt, triton.cdiv(Dm, block_d))](
         a_bar, u_bar, x.contiguous(), C.contiguous(), D.contiguous() if D is not None else h_last,
         h0.contiguous() if h0 is not None else h_last, y, h_last, L, Dm, N, HAS_D=D is not None,
@@ -300,6 +304,7 @@ def selective_scan_step(x, dt, A, B, C, D, h, block_d: int = 32, num_warps: int 
     Returns (y: (Bt, Dm), h_new: (Bt, Dm, N)). Memory-bound on the state: it reads and writes Bt · Dm · N floats.
     """
     check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d)
+    block_d = int(block_d)
     Bt, Dm = x.shape
     N = A.shape[1]
     acc = acc_torch_dtype(*_dtypes(x, dt, A, B, C, h))

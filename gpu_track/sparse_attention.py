@@ -95,6 +95,7 @@ def sparse_attention(q, k, v, idx, scale=None, sink=None, block_k: int = 32, num
     (default: enough to give the GPU ~4 programs per SM when B·T·Hkv is small).
     """
     check_sparse_attention_args(q, k, v, idx, scale, sink, block_k, nsplit)
+    block_k, nsplit = int(block_k), None if nsplit is None else int(nsplit)
     B, T, Hq, d = q.shape
     S, Hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     G = Hq // Hkv
@@ -105,7 +106,7 @@ def sparse_attention(q, k, v, idx, scale=None, sink=None, block_k: int = 32, num
     q, scale = fold_scale(q, scale, d)
     acc_t = acc_torch_dtype(q.dtype)
     sink_t = sink.to(acc_t).contiguous() if sink is not None else None
-    if B * T == 0 or n_idx == 0:
+    if B * T == 0 or n_idx == 0 or S == 0:          # nothing listed (S = 0: every entry is -1): 0
         o.zero_()
         return o
     if nsplit is None:

@@ -7,7 +7,9 @@ chunks of Q steps. Per chunk, with c = cumsum(Δ·A_h) inside the chunk:
     h_next = exp(c_Q) h  +  (Δ x ⊙ exp(c_Q - c))ᵀ B
 
 Three tl.dot's per chunk (Q×N·N×Q, Q×Q·Q×P, P×Q·Q×N and one Q×N·N×P): tensor-core work, the exp and the
-causal mask are the "intra-chunk decay step". Exponents are clamped to ≤ 0 so masked entries cannot overflow.
+causal mask are the "intra-chunk decay step". The exponents c_t - c_s are segment sums Σ_{s<r≤t} Δ_r·A_h
+(``_segment_sums``), not differences of c, which cancel when one Δ is huge; a masked entry's exponent is 0 or a
+sum of non-positive terms, so nothing overflows.
 
 ``two_pass=True`` is the parallel form (as in Mamba-2's own kernels): every chunk's own end state S_j from a zero
 start (all chunks at once), then the only sequential part, h_end_j = exp(c_Q,j) h_end_{j-1} + S_j, elementwise over
@@ -18,11 +20,26 @@ miscompiles on Hopper in kernels with several dots (out-of-bounds shared-memory 
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from gpu_track.common import (DOT_MIN, acc_dtype, acc_torch_dtype, alloc, check_grid, check_index_space, check_int,
                               check_tensor, check_tile, dot_precision, pow2, scan_combine)
+
+
+@triton.jit
+def _segment_sums(a, ar):
+    """(Q, Q) seg[t, s] = Σ_{s < r <= t} a_r (0 for s >= t) of the log-decays a (Q,): the exponent of the decay
+    from step s to step t, summed directly. As c_t - c_s of the running sum it cancels once one step's Δ·A is huge
+    (a spike of 1e12 cost 1e-4 relative error); every a <= 0, so a sum of same-signed terms stays accurate."""
+    return tl.cumsum(tl.where(ar[:, None] > ar[None, :], a[:, None], 0.0), 0)
+
+
+@triton.jit
+def _last_row(seg, ar, Q: tl.constexpr):
+    """seg[Q - 1, :]: Σ_{s < r < Q} a_r, the exponent of the decay from step s to the chunk's end."""
+    return tl.sum(tl.where((ar == Q - 1)[:, None], seg, 0.0), 0)
 
 
 @triton.jit
@@ -53,20 +70,21 @@ def _ssd_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last
         dt = tl.load(dt_ptr + row * H + head, mask=mask_t, other=0.0).to(ACC_DTYPE)   # 0 past L: no decay, no input
         c = tl.cumsum(dt * a_h, 0)                                                   # (Q,) log-decay from chunk start
         c_last = tl.sum(tl.where(ar == Q - 1, c, 0.0), 0)
+        seg = _segment_sums(dt * a_h, ar)                                            # (Q, Q) c_t - c_s, no cancelling
         xm = (row * H + head)[:, None] * P + offs_p[None, :]
         x = tl.load(x_ptr + xm, mask=mask_t[:, None] & mask_p[None, :], other=0.0)   # (Q, BP)
         B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0)
         C_tile = tl.load(C_ptr + row[:, None] * N + offs_n[None, :], mask=mask_tn, other=0.0)
         u = x.to(ACC_DTYPE) * dt[:, None]                                            # Δ x
         cb = tl.dot(C_tile, tl.trans(B_tile), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)   # (Q, Q) = C Bᵀ
-        decay = tl.where(causal, tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)
+        decay = tl.where(causal, tl.exp(seg), 0.0)
         y = tl.dot((cb * decay).to(x.dtype), u.to(x.dtype), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
         y += tl.exp(c)[:, None] * tl.dot(C_tile.to(ACC_DTYPE), tl.trans(h), input_precision=DOT_PRECISION,
                                          out_dtype=ACC_DTYPE)
         if HAS_D:
             y += d_h * x.to(ACC_DTYPE)
         tl.store(y_ptr + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_p[None, :])
-        w = u * tl.exp(tl.minimum(c_last - c, 0.0))[:, None]                         # (Q, BP)
+        w = u * tl.exp(_last_row(seg, ar, Q))[:, None]                               # (Q, BP)
         h = tl.exp(c_last) * h + tl.dot(tl.trans(w.to(x.dtype)), B_tile, input_precision=DOT_PRECISION,
                                         out_dtype=ACC_DTYPE)
     tl.store(h_last_ptr + hrow, h.to(h_last_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
@@ -76,15 +94,15 @@ def _ssd_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last
 def _group_head(g, hh, HEADS: tl.constexpr, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE: tl.constexpr):
     """Head hh of group g, for kernels 1 and 3 (the last group may be partial): its index clamped into range (the
     addresses stay valid), (Q,) and (BLOCK_P,) masks that are False past H (vectors: the interpreter wants no scalar
-    masks), its Δ over the chunk (0 past L or past H: no decay, no input) and c = cumsum(Δ·A_h).
-    Returns (hc, okq, okp, dt, c)."""
+    masks), its Δ over the chunk (0 past L or past H: no decay, no input), c = cumsum(Δ·A_h) and the segment
+    sums of Δ·A_h (``_segment_sums``). Returns (hc, okq, okp, dt, c, seg)."""
     head = g * HEADS + hh
     hc = tl.minimum(head, H - 1)
     okq = (ar * 0 + head) < H
     okp = (offs_p * 0 + head) < H
     a_h = tl.load(A_ptr + hc).to(ACC_DTYPE)
     dt = tl.load(dt_ptr + row * H + hc, mask=mask_t & okq, other=0.0).to(ACC_DTYPE)
-    return hc, okq, okp, dt, tl.cumsum(dt * a_h, 0)
+    return hc, okq, okp, dt, tl.cumsum(dt * a_h, 0), _segment_sums(dt * a_h, ar)
 
 
 @triton.jit
@@ -111,11 +129,11 @@ def _ssd_chunk_state_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, states_ptr, decay_ptr, 
     row = b.to(tl.int64) * L + offs_t
     B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_t[:, None] & mask_n[None, :], other=0.0)
     for hh in range(HEADS):
-        hc, okq, okp, dt, c = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
+        hc, okq, okp, dt, c, seg = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
         c_last = tl.sum(tl.where(ar == Q - 1, c, 0.0), 0)
         x_t = tl.load(x_ptr + (row * H + hc)[None, :] * P + offs_p[:, None],
                       mask=(mask_p & okp)[:, None] & mask_t[None, :], other=0.0)              # (BP, Q) = xᵀ
-        w_t = (x_t.to(ACC_DTYPE) * (dt * tl.exp(tl.minimum(c_last - c, 0.0)))[None, :]).to(x_t.dtype)
+        w_t = (x_t.to(ACC_DTYPE) * (dt * tl.exp(_last_row(seg, ar, Q)))[None, :]).to(x_t.dtype)
         s = tl.dot(w_t, B_tile, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)     # (BP, BN)
         slot = (b.to(tl.int64) * H + hc) * n_chunks + j
         srow = (slot * P + offs_p)[:, None] * N + offs_n[None, :]
@@ -186,7 +204,7 @@ def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, states_ptr, h0_pt
     mask_np = mask_n[:, None] & mask_p[None, :]
     jv = tl.zeros([BLOCK_P], tl.int32) + j                                          # j as a vector, for the masks
     for hh in range(HEADS):
-        hc, okq, okp, dt, c = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
+        hc, okq, okp, dt, c, seg = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
         xm = (row * H + hc)[:, None] * P + offs_p[None, :]
         x = tl.load(x_ptr + xm, mask=mask_t[:, None] & (mask_p & okp)[None, :], other=0.0)       # (Q, BP)
         u = x.to(ACC_DTYPE) * dt[:, None]
@@ -200,7 +218,7 @@ def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, states_ptr, h0_pt
             h_t += h0_t.to(x.dtype)
         # the carried-state term first, then the intra-chunk dot accumulates onto it (one accumulator live)
         y = tl.exp(c)[:, None] * tl.dot(C_tile, h_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
-        decay = tl.where(causal, tl.exp(tl.minimum(c[:, None] - c[None, :], 0.0)), 0.0)
+        decay = tl.where(causal, tl.exp(seg), 0.0)
         y = tl.dot((cb.to(ACC_DTYPE) * decay).to(x.dtype), u.to(x.dtype), y, input_precision=DOT_PRECISION,
                    out_dtype=ACC_DTYPE)
         if HAS_D:
@@ -244,8 +262,10 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
                 states_dtype=None, pass_block: int = 512, pass_chunks: int = 8, heads_per_program: int = 8):
     """x: (Bt, L, H, P); dt: (Bt, L, H); A: (H,); B, C: (Bt, L, N); D: (H,); h0: (Bt, H, P, N).
 
-    Returns (y: (Bt, L, H, P), h_last: (Bt, H, P, N) float32/float64). y is float32 (float64 for float64 input)
-    unless ``out_dtype`` is given (the benchmark writes bf16 like its peers).
+    Returns (y: (Bt, L, H, P), h_last: (Bt, H, P, N) float32/float64). y is float32 (float64 when x, B or C is
+    float64) unless ``out_dtype`` is given (the benchmark writes bf16 like its peers). Precision: the dots take x,
+    B and C in the widest of their dtypes (a float64 B is never rounded to a float16 x) and accumulate in float32,
+    float64 when that dtype is float64 (Δ, A, D and h0 are read in the accumulator's dtype).
 
     ``two_pass=False``: one program per (sequence, head, P block) walks the chunks in order (Bt·H·P/block_p
     programs). ``two_pass=True``: the parallel form, three launches: (1) every chunk's own state from a zero start,
@@ -263,18 +283,21 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
     """
     check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block, pass_chunks,
                    heads_per_program)
+    chunk, block_p, block_n_states = int(chunk), int(block_p), int(block_n_states)
+    pass_block, pass_chunks, heads_per_program = int(pass_block), int(pass_chunks), int(heads_per_program)
     Bt, L, H, P = x.shape
     N = B.shape[2]
-    acc = acc_torch_dtype(x.dtype)
+    op = torch.promote_types(torch.promote_types(x.dtype, B.dtype), C.dtype)   # the dots take one operand type
+    acc = acc_torch_dtype(op)
     y = alloc((Bt, L, H, P), out_dtype or acc, x.device)
     h_last = alloc((Bt, H, P, N), acc, x.device)
     if Bt * H * P == 0:
         return y, h_last
-    B, C = B.to(x.dtype).contiguous(), C.to(x.dtype).contiguous()          # the dots take one operand type
-    x, dt, A = x.contiguous(), dt.contiguous(), A.contiguous()
+    x, B, C = x.to(op).contiguous(), B.to(op).contiguous(), C.to(op).contiguous()
+    dt, A = dt.contiguous(), A.contiguous()
     block_p = max(DOT_MIN, min(block_p, pow2(P)))
     Q = max(DOT_MIN, pow2(chunk))
-    meta = dict(Q=Q, ACC_DTYPE=acc_dtype(x.dtype), DOT_PRECISION=dot_precision(x.dtype), num_warps=num_warps,
+    meta = dict(Q=Q, ACC_DTYPE=acc_dtype(acc), DOT_PRECISION=dot_precision(op), num_warps=num_warps,
                 num_stages=num_stages)
     dummy = h_last
     if two_pass:

@@ -11,8 +11,13 @@ import numpy as np
 
 __all__ = [
     "pos_int", "nonneg_int", "int_in", "finite_number", "positive_number", "nonneg_number", "array", "finite_array",
-    "int_array", "prob_rows", "heads", "tokens", "query_positions", "number_in", "index_sets", "qkv",
+    "int_array", "prob_rows", "heads", "tokens", "query_positions", "number_in", "index_sets", "qkv", "output_size",
+    "no_repeats", "MAX_ELEMENTS", "compute_dtype",
 ]
+
+MAX_ELEMENTS = 2 ** 40
+"""The most entries an array a size argument asks for may hold (8 TiB of float64): past it a size is a mistake
+(2**62 rows), and numpy's own "array is too big" / MemoryError would name no argument."""
 
 
 def _is_int(value) -> bool:
@@ -65,6 +70,12 @@ def number_in(name: str, value, lo: float, hi: float) -> float:
     if not lo <= v <= hi:
         raise ValueError(f"{name} must lie in [{lo:g}, {hi:g}], got {value!r}")
     return v
+
+
+def compute_dtype(*arrays) -> np.dtype:
+    """The precision rule: the dtype float math on these arrays runs in, the widest of their dtypes and at least
+    float32 (float16 and integers are widened: float16 sums lose ~1e-3). ``None`` entries are skipped."""
+    return np.result_type(np.float32, *[np.asarray(a).dtype for a in arrays if a is not None])
 
 
 def array(name: str, a, ndim: int | None = None, shape_doc: str = "", kinds: str = "fiu") -> np.ndarray:
@@ -128,7 +139,8 @@ def heads(Hq, Hkv, q_name: str = "n_heads_q", kv_name: str = "n_heads_kv") -> in
 
 def qkv(q, k, v=None):
     """Batched grouped-query attention operands, finite, no empty axis: q (B, T, Hq, d), k (B, S, Hkv, d) and
-    optionally v (B, S, Hkv, dv), with Hq a multiple of Hkv. Returns (q, k, v) as arrays (v stays None)."""
+    optionally v (B, S, Hkv, dv), with Hq a multiple of Hkv. Returns (q, k, v) as arrays in ``compute_dtype`` of
+    each (v stays None)."""
     q = finite_array("q", q, 4, "(B, T, Hq, d)")
     k = finite_array("k", k, 4, "(B, S, Hkv, d)")
     if 0 in q.shape or 0 in k.shape:
@@ -141,7 +153,36 @@ def qkv(q, k, v=None):
         v = finite_array("v", v, 4, "(B, S, Hkv, dv)")
         if v.shape[:3] != k.shape[:3] or v.shape[3] == 0:
             raise ValueError(f"v must be (B, S, Hkv, dv) matching k {k.shape[:3]}, got shape {v.shape}")
-    return q, k, v
+        v = v.astype(compute_dtype(v), copy=False)
+    return q.astype(compute_dtype(q), copy=False), k.astype(compute_dtype(k), copy=False), v
+
+
+def output_size(name: str, shape) -> int:
+    """The number of entries of an array of ``shape`` that the argument ``name`` sizes; refused past
+    ``MAX_ELEMENTS``, counting an empty axis as 1 (numpy refuses an array of shape (0, 2**62) too). Computed with
+    Python ints: no int64 overflow."""
+    n = 1
+    for s in shape:
+        n *= max(nonneg_int(f"{name} (an axis of the shape {tuple(shape)!r})", s), 1)
+    if n > MAX_ELEMENTS:
+        raise ValueError(f"{name} asks for an array of shape {tuple(int(s) for s in shape)} ({n} entries), more than "
+                         f"{MAX_ELEMENTS} (2**40)")
+    return n
+
+
+def no_repeats(name: str, idx, what: str = "position") -> np.ndarray:
+    """Index sets over the last axis with -1 as an empty slot: no entry >= 0 twice in a row (it would be counted,
+    read or weighted twice). Returns ``idx``."""
+    idx = np.asarray(idx)
+    if idx.ndim < 1:
+        raise ValueError(f"{name} must be an array (..., K) of index sets, got a scalar")
+    srt = np.sort(idx, axis=-1)
+    dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+    if dup.any():
+        row = tuple(int(i) for i in np.argwhere(dup)[0][:-1])
+        value = int(srt[row][1:][dup[row]][0])
+        raise ValueError(f"{name} must not repeat a {what} within one row, got {value} twice in row {row}")
+    return idx
 
 
 def tokens(name: str, toks, vocab: int) -> np.ndarray:

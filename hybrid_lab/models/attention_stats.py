@@ -49,6 +49,7 @@ def dense_attention(q, k, v, scale=None, q_pos=None) -> np.ndarray:
 def _dense(q, k, v, scale, q_pos):
     """(o (B, T, Hq, dv), p (B, T, Hq, S)) of dense causal attention, one sequence at a time."""
     q, k, visible, scale = _causal(q, k, scale, q_pos)
+    v = checks.finite_array("v", v, 4, "(B, S, Hkv, dv)")       # qkv() treats v=None as "no v"
     _, _, v = checks.qkv(q, k, v)
     o, p = zip(*(masked_attention(qb, kb, vb, visible, scale) for qb, kb, vb in zip(q, k, v)))
     return np.stack(o), np.stack(p)

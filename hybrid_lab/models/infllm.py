@@ -209,10 +209,14 @@ def blocks_from_compressed(scores_c, S: int, q_pos, topk: int, block_size: int =
     """Compressed-grid scores (B, T, Hkv, Nc) -> (block_idx, block_scores): max-pool onto blocks, then select.
 
     Works with summed softmax scores (InfLLM-V2) and with raw logits (SparDA's Forecast: one head, so the
-    softmax is monotone and can be skipped; mask invisible positions with -inf, not 0).
+    softmax is monotone and can be skipped; mask invisible positions with -inf, not 0). q_pos: (T,) positions in
+    [0, S) (a query sits on one of the S tokens; the blocks alone would also admit positions up to the last block's
+    end).
     """
     scores_c = checks.finite_array("scores_c", scores_c, 4, "(B, T, Hkv, Nc)", allow_neginf=True)
     nb = n_blocks(S, block_size)
+    if q_pos is not None:
+        q_pos = checks.query_positions(q_pos, scores_c.shape[1], S)
     window, stride = _check_window(window, stride)
     if scores_c.shape[-1] != _n_compressed(S, window, stride):
         raise ValueError(f"scores_c must be on the compressed grid of S={S} tokens (window {window}, stride "

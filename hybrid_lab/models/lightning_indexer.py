@@ -42,11 +42,18 @@ def _mm(a, b):
 
 # ---------------------------------------------------------------- losses on the scores (the KL of DeepSeek-V3.2)
 def log_softmax(x, axis=-1):
-    """Numerically stable log-softmax; -inf entries stay -inf (probability 0). NaN and +inf are refused."""
+    """Numerically stable log-softmax over ``axis`` (an integer axis of x); -inf entries stay -inf (probability 0).
+
+    A row whose entries are all -inf (nothing visible) stays all -inf: probability 0 everywhere, as
+    ``softmax_with_sink`` gives an all-masked row (not NaN). NaN and +inf are refused."""
     x = checks.finite_array("x", x, allow_neginf=True).astype(np.float64)
-    m = np.max(x, axis=axis, keepdims=True)
+    if x.ndim < 1:
+        raise ValueError(f"x must be an array with at least one axis, got a scalar {x!r}")
+    axis = checks.int_in("axis", axis, -x.ndim, x.ndim)
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)         # initial: an empty axis is valid too
     m = np.where(np.isfinite(m), m, 0.0)
-    return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+    total = np.sum(np.exp(x - m), axis=axis, keepdims=True)
+    return np.where(total > 0, x - m - np.log(np.where(total > 0, total, 1.0)), -np.inf)
 
 
 def _check_scores_target(I, p):

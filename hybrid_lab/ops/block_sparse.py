@@ -37,10 +37,11 @@ def block_sparse_attention(q, k, v, block_idx, block_size=64, scale=None, q_pos=
     o = np.zeros((Bt, T, Hkv, G, dv), float_dtype(q))
     qg = q.reshape(Bt, T, Hkv, G, d)
     s_ar = np.arange(S)
+    block_of = s_ar // block_size                                            # (S,) each token's block
     chunk = max(1, int(2 ** 22 // max(1, Bt * Hq * S)))                      # bound the (.., S) logits buffer
     for t0 in range(0, T, chunk):
         t1 = min(T, t0 + chunk)
-        tok = np.repeat(member[:, t0:t1], block_size, axis=-1)[..., :S]     # (B, t, Hkv, S)
+        tok = member[:, t0:t1][..., block_of]                               # (B, t, Hkv, S)
         tok &= (s_ar[None, :] <= q_pos[t0:t1, None])[None, :, None, :]
         logits = np.einsum("btgjd,bsgd->btgjs", qg[:, t0:t1], k) * scale
         p = softmax_with_sink(np.where(tok[:, :, :, None, :], logits, -np.inf))   # no readable token: p = 0

@@ -9,7 +9,19 @@ has a default (``q_pos=None`` -> the last T of S positions), other defaults (``s
 What is refused, with a ``ValueError`` that names the argument, what was expected and what was given:
 wrong rank or shape, non-numeric dtypes, NaN or inf in any float input, a decay rate A > 0 or a step Δ < 0 in the
 scans, non-positive chunk/block sizes, top-k and window sizes, a non-positive or non-finite ``scale``, index entries
-outside [-1, n) or repeated within one row, query positions outside [0, S).
+outside [-1, n) or repeated within one row, query positions outside [0, S), a key or value width d, dv of 0, a
+top-k whose output would exceed ``checks.MAX_ELEMENTS`` entries, and (the magnitude rule, ``_in_range``) operands
+so large that a bound on the op's intermediates (the attention logits, the indexer scores, the scans' state)
+exceeds the compute dtype's range: 3.4e38 in float32, 1.8e308 in float64. Sizes are Python or numpy integers (returned as
+``int``); an empty batch, query or index axis is valid and gives the documented empty or zero result.
+
+The precision rule (both backends): every float operand is returned in ``float_dtype`` of itself, so float16 and
+integer operands are computed in float32 / float64 (never in float16); float32 and float64 stay as given, and an op
+computes in the widest of its operands' dtypes. Outputs are in the dtype each op documents (``float_dtype`` of the
+named inputs). bfloat16 is not a numpy dtype: it is refused like any non-numeric dtype.
+
+The layout rule: an op's numbers do not depend on the memory layout of its inputs (C- or Fortran-ordered, strided
+views, nested lists give the same result), on either backend.
 
 Layer: imports only ``hybrid_lab.core``.
 """
@@ -22,15 +34,26 @@ from hybrid_lab.core import checks
 __all__ = [
     "check_selective_scan", "check_selective_scan_step", "check_ssd_chunked", "check_sparse_attention",
     "check_lightning_indexer", "check_block_sparse_attention", "check_fa_decode_topk", "check_fa_attention",
-    "float_dtype", "n_blocks", "indexer_positions",
+    "float_dtype", "n_blocks", "indexer_positions", "check_scores",
 ]
 
 
 # ----------------------------------------------------------------------------------------------- shared rules
 def float_dtype(*arrays) -> np.dtype:
     """The dtype an op computes and returns its float outputs in: the widest input dtype, at least float32
-    (float16 or integer inputs give float32 / float64). ``None`` entries are skipped."""
-    return np.result_type(np.float32, *[np.asarray(a).dtype for a in arrays if a is not None])
+    (float16 or integer inputs give float32 / float64; ``checks.compute_dtype``). ``None`` entries are skipped."""
+    return checks.compute_dtype(*arrays)
+
+
+def check_scores(scores, inputs: str) -> np.ndarray:
+    """The scores a top-k op ranks, computed from finite ``inputs``: NaN or +inf there means the inputs overflow the
+    compute dtype (float32 products past 3.4e38), and no ranking of them is meaningful. Both backends call this on
+    the scores they computed, so both refuse with this message. -inf (a masked position) is fine."""
+    scores = checks.array("scores", scores, kinds="f")
+    if (np.isnan(scores) | np.isposinf(scores)).any():      # no index in the message: the backends' loops differ
+        raise ValueError(f"{inputs} overflow {scores.dtype} in the scores they rank (NaN or +inf from finite "
+                         f"inputs): scale them down or pass float64")
+    return scores
 
 
 def n_blocks(S: int, block_size: int = 64) -> int:
@@ -48,10 +71,33 @@ def _shape(name, a, **axes):
 
 
 def _floats(name, a, **axes) -> np.ndarray:
-    """A real array with no NaN and no inf, of the given axes (None = any size)."""
+    """A real array with no NaN and no inf, of the given axes (None = any size), in its compute dtype
+    (``float_dtype``: float16 and integers are widened, so no op computes in float16)."""
     a = checks.finite_array(name, a, len(axes), "(" + ", ".join(axes) + ")")
     _shape(name, a, **axes)
-    return a
+    return a.astype(float_dtype(a), copy=False)
+
+
+def _amax(a) -> float:
+    return 0.0 if a is None else float(np.abs(a).max(initial=0.0))
+
+
+def _in_range(what: str, bound: float, *arrays) -> None:
+    """The magnitude rule: ``bound`` (a product of the operands' largest entries) bounds every intermediate of the
+    op; past the largest finite value of the compute dtype (float32: 3.4e38) some intermediate may overflow and the
+    backends would show inf or NaN in different places, so the input is refused. float64 reaches 1.8e308."""
+    dt = float_dtype(*arrays)
+    top = float(np.finfo(dt).max)            # a Python float: comparing with an np.float32 would cast the bound
+    if not bound <= top:                     # also catches a bound that overflowed to inf
+        raise ValueError(f"{what} may overflow {dt} (a bound on its magnitude is {bound:.3g}, more than "
+                         f"{top:.3g}): scale the inputs down or pass float64")
+
+
+def _topk(topk, *lead) -> int:
+    """A top-k size >= 1 whose (*lead, topk) output fits in ``checks.MAX_ELEMENTS`` entries."""
+    topk = checks.pos_int("topk", topk)
+    checks.output_size("topk", (*lead, topk))
+    return topk
 
 
 def _sign(name, a, ok, want: str, why: str):
@@ -73,13 +119,7 @@ def _index_sets(name, idx, what: str, hi: int, **lead) -> np.ndarray:
     """Integer index sets (..., K) over [0, hi), -1 padded, no entry repeated within a row. Returns int64."""
     idx = checks.int_array(name, idx, len(lead) + 1, "(" + ", ".join([*lead, "K"]) + ")", lo=-1, hi=hi)
     _shape(name, idx, **lead, K=None)
-    srt = np.sort(idx, axis=-1)
-    dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
-    if dup.any():
-        row = tuple(int(i) for i in np.argwhere(dup)[0][:-1])
-        value = int(srt[row][1:][dup[row]][0])
-        raise ValueError(f"{name} must not repeat a {what} within one row, got {value} twice in row {row}")
-    return idx
+    return checks.no_repeats(name, idx, what)
 
 
 def _attention_operands(q, k, v, q_axes=("B", "T")):
@@ -91,7 +131,16 @@ def _attention_operands(q, k, v, q_axes=("B", "T")):
     S, Hkv = k.shape[-3], k.shape[-2]
     v = _floats("v", v, **lead, S=S, Hkv=Hkv, dv=None)
     checks.heads(q.shape[-2], Hkv, "Hq (heads of q)", "Hkv (heads of k)")
+    if d == 0 or v.shape[-1] == 0:      # the default scale is d**-0.5; a value of width 0 holds nothing to attend
+        raise ValueError(f"q, k and v must have a key width d >= 1 and a value width dv >= 1, got q {q.shape}, "
+                         f"v {v.shape}")
     return q, k, v
+
+
+def _logits_in_range(q, k, v, scale):
+    """|q·k·scale| <= max|q| max|k| d scale, and |o| <= max|v|: both within the compute dtype."""
+    s = q.shape[-1] ** -0.5 if scale is None else scale
+    _in_range("q·k·scale (the attention logits)", _amax(q) * _amax(k) * q.shape[-1] * s, q, k, v)
 
 
 def _sink(sink, Hq):
@@ -128,7 +177,14 @@ def _mamba1(x, dt, A, B, C, D, h, h_name: str, step: bool):
         D = _floats("D", D, Dm=Dm)
     if h is not None or step:
         h = _floats(h_name, h, Bt=x.shape[0], Dm=Dm, N=N)
+    _scan_in_range(x, dt, B, C, D, h, L=1 if step else x.shape[1], N=N)
     return x, dt, A, B, C, D, h
+
+
+def _scan_in_range(x, dt, B, C, D, h, L, N):
+    """|h_t| <= |h0| + L max|Δ| max|x| max|B| (the decays are <= 1) and |y| <= N max|C| |h| + max|D| max|x|."""
+    h_bound = _amax(h) + L * _amax(dt) * _amax(x) * _amax(B)
+    _in_range("the scan's state and output", N * _amax(C) * h_bound + _amax(D) * _amax(x), x, dt, B, C, h)
 
 
 def check_selective_scan(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
@@ -159,6 +215,7 @@ def check_ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk_size=64):
         D = _floats("D", D, H=H)
     if h0 is not None:
         h0 = _floats("h0", h0, Bt=Bt, H=H, P=P, N=N)
+    _scan_in_range(x, dt, B, C, D, h0, L, N)
     return x, dt, A, B, C, D, h0, checks.pos_int("chunk_size", chunk_size)
 
 
@@ -170,18 +227,22 @@ def check_sparse_attention(q, k, v, idx, scale=None, sink=None):
     B, T, Hq, _ = q.shape
     S, Hkv = k.shape[1], k.shape[2]
     idx = _index_sets("idx", idx, "position", S, B=B, T=T, Hkv=Hkv)
-    return q, k, v, idx, _scale(scale), _sink(sink, Hq)
+    _logits_in_range(q, k, v, _scale(scale))
+    return q, k, v, idx, scale, _sink(sink, Hq)
 
 
 def check_lightning_indexer(q, w, k, topk, q_pos=None):
-    """q (B, T, Hi, di); w (B, T, Hi); k (B, S, di), all finite; topk an integer >= 1; q_pos (T,) integers >= 0
-    (see :func:`indexer_positions`; returned filled in)."""
-    topk = checks.pos_int("topk", topk)
+    """q (B, T, Hi, di) with di >= 1; w (B, T, Hi); k (B, S, di), all finite; topk an integer >= 1; q_pos (T,)
+    integers >= 0 (see :func:`indexer_positions`; returned filled in)."""
+    checks.pos_int("topk", topk)
     q = _floats("q", q, B=None, T=None, Hi=None, di=None)
     B, T, Hi, di = q.shape
+    if di == 0:
+        raise ValueError(f"q must have an index width di >= 1, got shape {q.shape}")
     w = _floats("w", w, B=B, T=T, Hi=Hi)
     k = _floats("k", k, B=B, S=None, di=di)
-    return q, w, k, topk, indexer_positions(q_pos, T, k.shape[1])
+    _in_range("Σ_j w·ReLU(q·k) (the indexer scores)", _amax(w) * Hi * _amax(q) * _amax(k) * di, q, w, k)
+    return q, w, k, _topk(topk, B, T), indexer_positions(q_pos, T, k.shape[1])
 
 
 def check_block_sparse_attention(q, k, v, block_idx, block_size=64, scale=None, q_pos=None):
@@ -193,7 +254,8 @@ def check_block_sparse_attention(q, k, v, block_idx, block_size=64, scale=None, 
     S, Hkv = k.shape[1], k.shape[2]
     block_size = checks.pos_int("block_size", block_size)
     block_idx = _index_sets("block_idx", block_idx, "block", n_blocks(S, block_size), B=B, T=T, Hkv=Hkv)
-    return q, k, v, block_idx, block_size, _scale(scale), checks.query_positions(q_pos, T, S)
+    _logits_in_range(q, k, v, _scale(scale))
+    return q, k, v, block_idx, block_size, scale, checks.query_positions(q_pos, T, S)
 
 
 def check_fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
@@ -202,8 +264,9 @@ def check_fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     q, k, v = _attention_operands(q, k, v, q_axes=("B",))
     if k.shape[1] == 0:
         raise ValueError(f"k must hold at least one position (S >= 1) to decode after, got shape {k.shape}")
-    topk, window = checks.pos_int("topk", topk), checks.pos_int("window", window)
-    return q, k, v, topk, window, _scale(scale), _sink(sink, q.shape[1])
+    topk, window = _topk(topk, q.shape[0], k.shape[2]), checks.pos_int("window", window)
+    _logits_in_range(q, k, v, _scale(scale))
+    return q, k, v, topk, window, scale, _sink(sink, q.shape[1])
 
 
 def check_fa_attention(q, k, v, q_pos, scale=None, sink=None):
@@ -212,4 +275,5 @@ def check_fa_attention(q, k, v, q_pos, scale=None, sink=None):
     > 0; sink None or (Hq,), all finite."""
     q, k, v = _attention_operands(q, k, v, q_axes=("T",))
     T, Hq = q.shape[:2]
-    return q, k, v, checks.query_positions(q_pos, T, k.shape[0]), _scale(scale), _sink(sink, Hq)
+    _logits_in_range(q, k, v, _scale(scale))
+    return q, k, v, checks.query_positions(q_pos, T, k.shape[0]), scale, _sink(sink, Hq)

@@ -16,7 +16,7 @@ import numpy as np
 
 from hybrid_lab.core import checks
 from hybrid_lab.core.blocks import masked_attention
-from hybrid_lab.ops.contracts import check_fa_attention, float_dtype
+from hybrid_lab.ops.contracts import check_fa_attention, check_scores, float_dtype
 from hybrid_lab.ops.registry import swappable
 from hybrid_lab.ops.sparse_attention import topk_indices
 
@@ -67,8 +67,9 @@ def forced_window_select(scores, q_pos, window: int, topk: int) -> np.ndarray:
     """
     window, topk = checks.nonneg_int("window", window), checks.pos_int("topk", topk)
     scores = checks.finite_array("scores", scores, 3, "(T, Hkv, S)", allow_neginf=True)
-    T, _, S = scores.shape
+    T, Hkv, S = scores.shape
     q_pos = checks.query_positions(q_pos, T, S)
+    checks.output_size("window + topk", (T, Hkv, window + topk))
     return _join_window(_outside_window(scores, q_pos, window, topk), q_pos, window)
 
 
@@ -76,14 +77,16 @@ def with_forced_window(top, q_pos, window: int) -> np.ndarray:
     """The SA index set from a top-k already ranked (``fa_decode_topk``'s idx at decode): the forced window
     q_pos - window + 1 .. q_pos (-1 where < 0), then ``top``.
 
-    top: (T, Hkv, k) positions <= q_pos - window or -1; q_pos: (T,) integers >= 0. Returns (T, Hkv, window + k)
-    int64, the same set ``forced_window_select`` builds from the scores. ``window = 0``: ``top`` itself.
+    top: (T, Hkv, k) positions <= q_pos - window or -1, no position twice in a row (refused: the SA layer would
+    read it twice); q_pos: (T,) integers >= 0. Returns (T, Hkv, window + k) int64, the same set
+    ``forced_window_select`` builds from the scores. ``window = 0``: ``top`` itself.
     """
     window = checks.nonneg_int("window", window)
-    top = checks.int_array("top", top, 3, "(T, Hkv, k)", lo=-1)
+    top = checks.no_repeats("top", checks.int_array("top", top, 3, "(T, Hkv, k)", lo=-1))
     q_pos = checks.int_array("q_pos", q_pos, 1, f"(T={top.shape[0]},)", lo=0)
     if q_pos.shape != top.shape[:1]:
         raise ValueError(f"q_pos must have shape (T={top.shape[0]},), got {q_pos.shape}")
+    checks.output_size("window", (*top.shape[:2], window + top.shape[2]))
     inside = (top > (q_pos - window)[:, None, None]) & (top >= 0)
     if inside.any():
         t = int(np.argwhere(inside)[0][0])
@@ -102,12 +105,12 @@ def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     ``forced_window_select``. window >= 1 (the contract, as the GPU kernel's): a caller without a forced window
     (``window = 0``) uses ``fa_attention`` + ``forced_window_select``.
     """
-    d, S = q.shape[2], k.shape[1]
+    (B, Hq, d), (S, Hkv), dv = q.shape, k.shape[1:3], v.shape[3]
     scale = d ** -0.5 if scale is None else scale
     q_pos = np.array([S - 1])
-    outs, idxs = [], []
-    for b in range(q.shape[0]):
-        o, score = _attend(q[b][None], k[b], v[b], q_pos, scale, sink)
-        outs.append(o[0])
-        idxs.append(_outside_window(score, q_pos, window, topk)[0])
-    return np.stack(outs).astype(float_dtype(q), copy=False), np.stack(idxs)
+    o, idx = np.zeros((B, Hq, dv), float_dtype(q)), np.full((B, Hkv, topk), -1, np.int64)   # B = 0: empty
+    for b in range(B):
+        ob, score = _attend(q[b][None], k[b], v[b], q_pos, scale, sink)
+        check_scores(np.where(np.arange(S) <= S - 1 - window, score, -np.inf), "q and k")   # what is ranked
+        o[b], idx[b] = ob[0], _outside_window(score, q_pos, window, topk)[0]
+    return o, idx

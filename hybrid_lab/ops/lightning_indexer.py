@@ -36,7 +36,7 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
     z = np.einsum("btjd,bsd->btjs", q, k)                               # (B, T, Hi, S) per-head dot products
     scores = np.einsum("btj,btjs->bts", w, np.maximum(z, 0.0)).astype(float_dtype(q, w, k), copy=False)
     visible = np.arange(S)[None, :] <= q_pos[:, None]                    # (T, S)
-    scores = np.where(visible[None], scores, -np.inf)
+    scores = contracts.check_scores(np.where(visible[None], scores, -np.inf), "q, w and k")
     return scores, topk_indices(scores, topk)
 
 

@@ -36,12 +36,14 @@ SWAPPABLE_OPS = (
 
 
 def _check(name: str) -> str:
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
-    return name
+    """A backend name, case and surrounding spaces ignored (``use_backend("TRITON")`` as
+    ``HYBRID_LAB_BACKEND=TRITON``); returned lower-case."""
+    if not isinstance(name, str) or name.strip().lower() not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS} (any case), got {name!r}")
+    return name.strip().lower()
 
 
-_state = {"backend": _check(os.environ.get("HYBRID_LAB_BACKEND", "numpy").strip().lower() or "numpy")}
+_state = {"backend": _check(os.environ.get("HYBRID_LAB_BACKEND", "numpy").strip() or "numpy")}
 
 
 def get_backend() -> str:

@@ -34,6 +34,7 @@ def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     scores = checks.finite_array("scores", scores, allow_neginf=True)
     if scores.ndim < 1:
         raise ValueError(f"scores must have at least one axis (..., S), got shape {scores.shape}")
+    checks.output_size("k", (*scores.shape[:-1], k))
     S = scores.shape[-1]
     kk = min(k, S)
     order = np.argsort(-scores, axis=-1, kind="stable")[..., :kk]  # stable: equal scores keep position order
@@ -52,9 +53,9 @@ def sparse_attention(q, k, v, idx, scale=None, sink=None):
     scale defaults to d**-0.5; sink: (Hq,) or None. Returns o: (B, T, Hq, dv) in q's float dtype.
     """
     B, T, Hq, d = q.shape
-    Hkv, K, dv = k.shape[2], idx.shape[3], v.shape[3]
+    S, Hkv, K, dv = k.shape[1], k.shape[2], idx.shape[3], v.shape[3]
     out_dtype = float_dtype(q)
-    if K == 0:                                                         # nothing listed: 0, as documented
+    if K == 0 or S == 0:                 # nothing listed (S = 0: every entry is -1): 0, as documented
         return np.zeros((B, T, Hq, dv), out_dtype)
     G = Hq // Hkv
     scale = d ** -0.5 if scale is None else scale

@@ -107,16 +107,29 @@ def node_scores(last_access, saved_flops, nbytes, alpha: float, now: float | Non
     if not (-math.inf < t_lo and t_hi < math.inf):
         raise ValueError(f"last_access must be finite, got values in [{t_lo}, {t_hi}]")
     if variant == "paper":
-        if now is None:
-            now = t_hi + 1.0
+        if now is None:             # past 2**53, t_hi + 1 == t_hi: the next float keeps the newest age > 0
+            now = max(t_hi + 1.0, float(np.nextafter(t_hi, math.inf)))
         elif not (now > t_hi and now < math.inf):
             raise ValueError(f"now must be finite and later than every last_access (max {t_hi}), got {now!r}")
-        r = 1.0 / (now - t)
-        r_lo, r_hi = r.min(), r.max()
-        recency = (r - r_lo) / (r_hi - r_lo) if r_hi > r_lo else np.zeros_like(r)
+        # 0.5 / (now/2 - t/2) = 1 / (now - t) without overflowing when last_access spans most of the float range
+        r = 0.5 / (0.5 * now - 0.5 * t)
+        if not np.isfinite(r).all():
+            raise ValueError(f"now ({now!r}) must be later than every last_access by a representable gap (max "
+                             f"last_access {t_hi})")
+        recency = _minmax(r, r.min(), r.max())
     else:
-        recency = (t - t_lo) / (t_hi - t_lo) if t_hi > t_lo else np.zeros_like(t)
-    return recency + alpha * ((eff - e_lo) / (e_hi - e_lo) if e_hi > e_lo else np.zeros_like(eff))
+        recency = _minmax(t, t_lo, t_hi)
+    return recency + alpha * _minmax(eff, e_lo, e_hi)
+
+
+def _minmax(x, lo, hi) -> np.ndarray:
+    """(x - lo) / (hi - lo), all zeros when hi == lo; halved first where hi - lo overflows (finite x spanning
+    more than the float range would give inf / inf = NaN)."""
+    if not hi > lo:
+        return np.zeros_like(x)
+    if math.isinf(float(hi) - float(lo)):
+        return (0.5 * x - 0.5 * lo) / (0.5 * hi - 0.5 * lo)
+    return (x - lo) / (hi - lo)
 
 
 def _vector(name, a) -> np.ndarray:
@@ -141,8 +154,7 @@ def _normalize(x) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return x
-    lo, hi = x.min(), x.max()
-    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    return _minmax(x, x.min(), x.max())
 
 
 def _efficiency(saved, nbytes) -> np.ndarray:

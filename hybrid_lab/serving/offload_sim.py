@@ -138,11 +138,12 @@ MINICPM_8B = ModelSpec()
 METHODS = ("Sparse†", "Sparse", "SparDA (no prefetch)", "SparDA")
 
 
-def _hw_m(hw, m=None):
+def _hw_m(hw, *m):
+    """hw, and m where the caller takes one (None is not a ModelSpec)."""
     if not isinstance(hw, Hardware):
         raise ValueError(f"hw must be a Hardware (e.g. H100), got {type(hw).__name__}")
-    if m is not None and not isinstance(m, ModelSpec):
-        raise ValueError(f"m must be a ModelSpec (e.g. MINICPM_8B), got {type(m).__name__}")
+    if m and not isinstance(m[0], ModelSpec):
+        raise ValueError(f"m must be a ModelSpec (e.g. MINICPM_8B), got {type(m[0]).__name__}")
 
 
 def _method(method):
@@ -260,7 +261,7 @@ def step_time(hw: Hardware, m: ModelSpec, batch: int, context: int, method: str,
 
 def throughput(hw, m, batch, context, method, ctas=None, churn=None, overlapped_fn=None) -> float:
     """Decode tokens/s (one token per sequence per step); 0.0 when the batch does not fit in HBM (OOM)."""
-    checks.pos_int("batch", batch)
+    batch = checks.pos_int("batch", batch)
     if batch > max_batch(hw, m, context, method):
         return 0.0
     return batch / step_time(hw, m, batch, context, method, ctas, churn, overlapped_fn)
@@ -276,8 +277,8 @@ def gpu_bytes(m: ModelSpec, batch: int, context: int, method: str) -> float:
     _method(method)
     if not isinstance(m, ModelSpec):
         raise ValueError(f"m must be a ModelSpec (e.g. MINICPM_8B), got {type(m).__name__}")
-    checks.pos_int("batch", batch)
-    checks.pos_int("context", context)
+    batch = checks.pos_int("batch", batch)
+    context = checks.pos_int("context", context)
     n_c = max(0, (context - m.window) // m.stride + 1)
     kc = n_c * m.n_kv_heads * m.d_head * m.bytes_per * m.n_layers
     full_kv = context * m.kv_token_layer * m.n_layers
@@ -303,7 +304,7 @@ def max_batch(hw: Hardware, m: ModelSpec, context: int, method: str) -> int:
 def heuristic_ctas(hw: Hardware, batch: int) -> int:
     """The paper's rule (Table 7): 16 CTAs below a batch threshold (32 on H100, 64 on A100), else 32."""
     _hw_m(hw)
-    checks.pos_int("batch", batch)
+    batch = checks.pos_int("batch", batch)
     threshold = 64 if hw.name.startswith("A100") else 32
     return 16 if batch < threshold else 32
 

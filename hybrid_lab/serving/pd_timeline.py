@@ -55,6 +55,8 @@ class TaskDAG:
             raise ValueError(f"resource must be a string or None, got {resource!r}")
         if isinstance(after, str):
             raise ValueError(f"after must be a list of task names, got the string {after!r}")
+        if not isinstance(after, (list, tuple)) or not all(isinstance(a, str) for a in after):
+            raise ValueError(f"after must be a list or tuple of task names, got {after!r}")
         unknown = [a for a in after if a not in self.tasks]
         if unknown:
             raise ValueError(f"task {name!r} depends on unknown task {unknown[0]!r} (add dependencies first)")

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hybrid_lab.core import checks
 from hybrid_lab.core.checks import finite_array, int_in, nonneg_number
 from hybrid_lab.core.progress import progress
 from hybrid_lab.serving.eviction import SCORES, eviction_scores, node_scores
@@ -676,7 +677,22 @@ def marconi_admission(n_input: int, n_tokens: int, m: int, inside_edge: bool, no
     with another answer (n samples per prompt, a regeneration) branches where the input ends. Then the state at the
     last decoded token, n_tokens (input + output sharing). Returns the ascending list of positions; the cache skips
     those where it already holds a state.
+
+    Refused (ValueError): counts that are not integers, n_tokens < max(n_input, 1) (the sequence holds its input),
+    m > n_input (the walk matches input tokens only), flags that are not bools, and a walk no tree can give: inside
+    an edge (inside_edge) at m = 0 (the root is a node) or with a node's children or state.
     """
+    n_input, m = checks.nonneg_int("n_input", n_input), checks.nonneg_int("m", m)
+    n_tokens = checks.pos_int("n_tokens", n_tokens, max(n_input, 1))
+    node_children = checks.nonneg_int("node_children", node_children)
+    for name, flag in (("inside_edge", inside_edge), ("node_has_state", node_has_state)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise ValueError(f"{name} must be a bool, got {flag!r}")
+    if m > n_input:
+        raise ValueError(f"m (tokens matched) must be <= n_input={n_input}, got {m}")
+    if inside_edge and (m == 0 or node_children or node_has_state):
+        raise ValueError(f"inside_edge=True needs m >= 1, node_children=0 and node_has_state=False (there is no node "
+                         f"inside an edge), got m={m}, node_children={node_children}, node_has_state={node_has_state}")
     branch = 0 < m <= n_input and m < n_tokens and (inside_edge or (node_children >= 1 and not node_has_state))
     return ([m] if branch else []) + [n_tokens]
 

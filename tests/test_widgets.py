@@ -288,6 +288,26 @@ def test_sparda_widgets_bad_input(call, match):
         call()
 
 
+def test_sparda_reported_throughput_tables_and_the_ratios_the_notes_draw():
+    """SparDA notes §4.4-§4.6: the ratios printed are those the notes compute from the reported tokens/s."""
+    text = sw.throughput_tables_text()
+    pre = sw.PAPER_PREFILL_H100_B4
+    assert pre["MiniCPM"]["SparDA"][-1] == 17087.6 and pre["NOSA"]["Sparse"][-1] == 9805.2
+    for needle in ("SparDA / Sparse 1.25x, SparDA / Dense† 2.11x",     # MiniCPM, 128K (§4.4)
+                   "SparDA / Sparse 1.16x",                            # NOSA, 128K (§4.4)
+                   "fastest by length (computed): Dense†, SparDA, SparDA",   # dense faster at short context
+                   "MiniCPM 471.2 / 279.5 = 1.69x", "NOSA 399.3 / 285.4 = 1.40x",   # §4.5
+                   "without prefetch below Sparse; prefetch adds +43.5%", "prefetch adds +37.6%"):   # §4.6
+        assert needle in text, needle
+    assert text.count("without prefetch below Sparse") == 2
+
+
+def test_sparda_per_task_text_lists_every_excerpt_with_its_change():
+    text = sw.per_task_text()
+    assert len(sw.PAPER_PER_TASK) == 17 and text.count("\n") == 17
+    assert "MiniCPM  niah_multikey_3     62.0 ->  56.0  (-6.0)" in text
+    assert "NOSA     AIME 2025           40.0 ->  53.3  (+13.3)" in text
+
 # --------------------------------------------------------------------------------------------- widgets/pd.py
 def test_pd_plot_timeline_bars_are_the_schedule():
     t = PDTiming(n_requests=2, prompt_len=8192, chunk=4096)

@@ -96,7 +96,7 @@ def _kl_cases(rng):
     t = np.zeros(N)
     t[rng.permutation(N)[:k]] = rng.random(k) + 0.1
     out.append(case("zero-mass rest bucket (k non-zero teacher scores)", t, k))
-    out.append(case("the seed example", [0.4, 0.3, 0.2, 0.1], 2, np.log([0.35, 0.25, 0.15, 0.25])))
+    out.append(case("the notes' worked example", [0.4, 0.3, 0.2, 0.1], 2, np.log([0.35, 0.25, 0.15, 0.25])))
     return out
 
 

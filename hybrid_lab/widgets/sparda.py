@@ -9,14 +9,38 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hybrid_lab.core import checks  # noqa: E402
-from hybrid_lab.serving.offload_sim import (A100, H100, METHODS, MINICPM_8B, layer_timeline, max_batch,  # noqa: E402
-                                            throughput, with_)
+from hybrid_lab.serving.offload_sim import (A100, H100, METHODS, MINICPM_8B, PAPER, layer_timeline,  # noqa: E402
+                                            max_batch, throughput, with_)
 from hybrid_lab.widgets.static import with_picture  # noqa: E402
 
 __all__ = ["plot_selection", "plot_teachers", "plot_training", "plot_recall", "plot_timeline", "plot_batch_sweep",
-           "explore_offload", "format_summary", "offload_explorer", "TIMELINE_LANES"]
+           "explore_offload", "format_summary", "offload_explorer", "TIMELINE_LANES", "PAPER_PREFILL_H100_B4",
+           "PAPER_PER_TASK", "throughput_tables_text", "per_task_text"]
 
 TIMELINE_LANES = ("serial: GPU", "overlapped: compute", "overlapped: copy")   # the lanes of offload_sim.layer_timeline
+
+# Reported, SparDA notes §4.4 (Table 3, p. 8): prefill throughput on the H100, batch 4, tokens/s.
+PAPER_PREFILL_H100_B4 = {
+    "lengths": (32768, 65536, 131072),
+    "MiniCPM": {"Dense†": (20388.3, 13673.7, 8085.8), "Sparse": (18548.4, 16254.4, 13661.8),
+                "SparDA": (19845.6, 18379.5, 17087.6)},
+    "NOSA": {"Dense†": (20438.9, 13701.0, 8118.0), "Sparse": (12778.3, 11359.2, 9805.2),
+             "SparDA": (13456.0, 12386.1, 11332.7)},
+}
+# Reported, SparDA notes §4.1: the per-task excerpts of Tables 11-14 (Sparse -> SparDA), as the notes quote them.
+PAPER_PER_TASK = (
+    ("Table 11 (HELMET)", "MiniCPM", "Recall", 67.8, 61.5), ("Table 11 (HELMET)", "MiniCPM", "Rerank", 14.7, 17.0),
+    ("Table 11 (HELMET)", "NOSA", "Recall", 40.9, 45.6), ("Table 11 (HELMET)", "NOSA", "LongQA", 26.9, 26.0),
+    ("Table 12 (LongBench)", "MiniCPM", "narrativeqa", 20.2, 22.6),
+    ("Table 12 (LongBench)", "MiniCPM", "2wikimqa", 35.2, 34.2),
+    ("Table 12 (LongBench)", "NOSA", "musique", 23.4, 24.9),
+    ("Table 12 (LongBench)", "NOSA", "passage retrieval", 92.0, 90.5),
+    ("Table 13 (RULER)", "MiniCPM", "qa_1", 64.0, 70.0), ("Table 13 (RULER)", "MiniCPM", "niah_multikey_3", 62.0, 56.0),
+    ("Table 13 (RULER)", "NOSA", "niah_multikey_3", 20.0, 28.0),
+    ("Table 14 (Reasoning)", "MiniCPM", "MATH-500", 97.6, 97.4), ("Table 14 (Reasoning)", "MiniCPM", "AIME 2024", 90.0, 86.7),
+    ("Table 14 (Reasoning)", "MiniCPM", "AIME 2025", 63.3, 70.0), ("Table 14 (Reasoning)", "NOSA", "MATH-500", 72.2, 71.6),
+    ("Table 14 (Reasoning)", "NOSA", "AIME 2024", 40.0, 46.7), ("Table 14 (Reasoning)", "NOSA", "AIME 2025", 40.0, 53.3),
+)
 
 _COLORS = {"init": "#4c72b0", "local": "#55a868", "top-k": "#dd8452", "not read": "#cccccc"}
 
@@ -254,3 +278,40 @@ def offload_explorer():
         context_k=w.SelectionSlider(options=[32, 64, 96, 128], value=128, description="context K"),
         hw=w.Dropdown(options=["H100", "A100"], value="H100", description="GPU"),
     )
+
+
+def throughput_tables_text() -> str:
+    """The reported prefill table (Table 3) and the decode comparisons the notes draw from Tables 4 and 10, as plain
+    text. Every ratio is computed here from the reported tokens/s (printed as computed from reported)."""
+    pre = PAPER_PREFILL_H100_B4
+    out = ["reported (Table 3, prefill, H100, batch 4, tokens/s):" + "".join(f"{L // 1024:>10}K" for L in pre["lengths"])]
+    for model in ("MiniCPM", "NOSA"):
+        rows = pre[model]
+        for meth, vals in rows.items():
+            out.append(f"  {model + ' / ' + meth:<18}" + "".join(f"{v:>11.1f}" for v in vals))
+        fastest = [max(rows, key=lambda m, j=j: rows[m][j]) for j in range(len(pre["lengths"]))]
+        out.append(f"  {model}: fastest by length (computed): {', '.join(fastest)}; at 128K SparDA / Sparse "
+                   f"{rows['SparDA'][-1] / rows['Sparse'][-1]:.2f}x, SparDA / Dense† "
+                   f"{rows['SparDA'][-1] / rows['Dense†'][-1]:.2f}x")
+    dec = PAPER["decode_h100_128k"]
+    j8 = dec["batches"].index(8)
+    out.append("reported (Table 4, decode, H100, 128K): same batch, both offloaded, batch 8: " + "; ".join(
+        f"{m} {dec[m]['SparDA'][j8]} / {dec[m]['Sparse'][j8]} = {dec[m]['SparDA'][j8] / dec[m]['Sparse'][j8]:.2f}x"
+        for m in ("MiniCPM", "NOSA")) + " (computed from reported)")
+    npf = PAPER["no_prefetch_h100_128k"]
+    j64 = npf["batches"].index(64)
+    for m in ("MiniCPM", "NOSA"):
+        r = npf[m]
+        out.append(f"reported (Table 10, decode, H100, 128K, batch 64), {m}: Sparse {r['Sparse'][j64]}, SparDA without "
+                   f"prefetch {r['SparDA (no prefetch)'][j64]}, full SparDA {r['SparDA'][j64]}: without prefetch "
+                   f"{'below' if r['SparDA (no prefetch)'][j64] < r['Sparse'][j64] else 'above'} Sparse; prefetch "
+                   f"adds {r['SparDA'][j64] / r['SparDA (no prefetch)'][j64] - 1:+.1%} (computed from reported)")
+    return "\n".join(out)
+
+
+def per_task_text() -> str:
+    """The per-task excerpts of Tables 11-14 (Sparse -> SparDA, reported) with the change in points (computed)."""
+    out = ["reported (Tables 11-14, Sparse -> SparDA; the change computed):"]
+    for table, model, task, a, b in PAPER_PER_TASK:
+        out.append(f"  {table:<21} {model:<8} {task:<18} {a:>5.1f} -> {b:>5.1f}  ({b - a:+.1f})")
+    return "\n".join(out)

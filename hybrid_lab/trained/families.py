@@ -117,6 +117,18 @@ SPECS = {s.name: s for s in [
               "HySparse2, gated SWA branch with own KV (window 8) + top-16"),
     ModelSpec("hysparse2_nobridge", "hysparse2", dict(_HS2, bridging=False),
               "HySparse2 without bridging: the cross FA projects its own KV"),
+    # why HySparse2 in the papers' layer order (9 layers, 3 full attention each; not trained yet: the experiment
+    # that trains them, 10 seeds x 3 learning rates of 3,000 steps, needs a GPU session): the self SWA layers before and
+    # after the self FA, as the paper's 12 + FA + 12; hybrid SWA is HySparse2 with every SA replaced by an SWA layer;
+    # HySparse groups of 1 FA + 2 SA; dense attention in every layer
+    _stack("dense_9", [_A] * 9, "dense attention, 9 layers (MQA, partial RoPE 8)", rope_dims_attn=8),
+    _stack("hybrid_swa_9", [_S, _S, _A, _S, _S, _A, _S, _A, _S],
+           "hybrid SWA: SWA, SWA, FA, SWA, SWA, FA, SWA, FA, SWA (window 16)"),
+    ModelSpec("hysparse_9", "hysparse", dict(WIDTH, n_layers=9, group_size=3, block_size=8, n_blocks=2, window=8,
+                                             rope_dims=8, sinks=True),
+              "HySparse: 3 x (FA, SA, SA); 2 blocks of 8 + own SWA window 8"),
+    ModelSpec("hysparse2_9", "hysparse2", dict(_HS2, self_swa_before=2, self_swa_after=2, cross_layers=4),
+              "HySparse2: SWA, SWA, FA, SWA, SWA | FA, SA, FA, SA; window 8 + top-16 tokens"),
 ]}
 
 

@@ -77,8 +77,8 @@ class Experiment:
 
 
 MQAR_PAIRS = (2, 4, 8, 16, 32)
-# trained and stored. families.SPECS also defines mamba2_N32, mamba2_N64, dense_mha and dense_local at the same
-# budget: the state-size sweep and the attention variants, not trained yet (see notebook 10)
+# trained and stored. families.SPECS also defines mamba2_N32, mamba2_N64 (the state-size sweep), dense_mha and
+# dense_local at the same budget, not trained yet (added here, `train mqar` trains them; see notebook 10)
 MQAR_MODELS = ("mamba2", "mamba2_hybrid", "dense")
 EXPERIMENTS = {
     "mqar": Experiment("mqar", "mqar", {"n_pairs": MQAR_PAIRS}, MQAR_MODELS, "dense", lrs=(1e-3, 3e-3, 1e-2),

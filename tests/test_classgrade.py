@@ -57,7 +57,7 @@ def test_a_class_folder_becomes_a_gradebook(class_folder, tmp_path):
     assert rows["dave"]["01.1"] == "0" and rows["carol"]["01.4"] == "0" and rows["frank"]["01.2"] == "0"
     assert all(r["max"] == "12" for r in rows.values())
     frank = (fb / "frank.txt").read_text()
-    assert "01.2" in frank and "interrupted before it returned (an endless loop?)" in frank
+    assert "01.2" in frank and "an endless loop?" in frank
     assert "not done yet" in (fb / "erin.txt").read_text()
     assert "h right" in (fb / "dave.txt").read_text()
     assert sorted(p.name for p in fb.iterdir()) == [f"{s}.txt" for s in sorted(rows)]
@@ -77,7 +77,9 @@ def test_memory_hog_and_writes_outside_fail_with_the_reason(tmp_path):
     hog = next(r for r in res["hog"].rows if r["exercise"] == "01.1")
     assert "MemoryError" in " ".join([hog["message"]] + hog["details"])
     writer = next(r for r in res["writer"].rows if r["exercise"] == "01.3")
-    assert not writer["passed"] and "outside the submission's folder" in " ".join(writer["details"])
+    # refused by the audit hook, or (in the sandbox) the folder does not even exist there
+    said = " ".join([writer["message"]] + writer["details"])
+    assert not writer["passed"] and ("outside the submission's folder" in said or "No such file" in said), said
     assert not outside.exists()
     assert res["broken"].status.startswith("FAIL: ") and "not a readable notebook" in res["broken"].status
 

@@ -120,14 +120,21 @@ def _calls(monkeypatch):
     return seen
 
 
+NO_OPTS = {"unsafe": None, "seed": None, "hidden": None, "require_sandbox": False}
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["grade", "labs/01_x.ipynb"], ("grade", ("labs/01_x.ipynb",), {"fail_fast": False, "quiet": False,
-                                                                    "timeout": 300, "lab": None})),
+                                                                    "timeout": 300, "lab": None, **NO_OPTS})),
     (["grade", "-x", "a.ipynb", "--lab", "01", "--timeout", "9"],
-     ("grade", ("a.ipynb",), {"fail_fast": True, "quiet": False, "timeout": 9, "lab": "01"})),
+     ("grade", ("a.ipynb",), {"fail_fast": True, "quiet": False, "timeout": 9, "lab": "01", **NO_OPTS})),
+    (["grade", "a.ipynb", "--unsafe", "--seed", "5", "--cases", "h.py"],
+     ("grade", ("a.ipynb",), {"fail_fast": False, "quiet": False, "timeout": 300, "lab": None, "unsafe": True,
+                              "seed": 5, "hidden": "h.py", "require_sandbox": False})),
     (["grade", "subs/", "--lab", "01", "--csv", "g.csv", "-j", "2"],
      ("grade_class", (["subs/"], "01"), {"csv_path": "g.csv", "feedback": None, "jobs": 2, "cell_timeout": 120,
-                                         "time_limit": 900, "memory_mb": 8192})),
+                                         "time_limit": 900, "memory_mb": 8192, "unsafe": None, "seed": None,
+                                         "hidden": None})),
     (["build"], ("build", (None,), {"force": False})),
     (["build", "solutions/01_x.ipynb", "--force"], ("build", (["solutions/01_x.ipynb"],), {"force": True})),
     (["build", "--mode", "assignment", "--out", "d"], ("build_assignments", ("d", None), {})),

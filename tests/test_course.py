@@ -75,12 +75,31 @@ def test_solution_notebook_conventions(sol):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code if c.source.strip()), "execute the solution notebook"
     assert not [o for c in code for o in c.outputs if o.output_type == "error"], "stored errors"
-    ignored = sum("NBVAL_IGNORE_OUTPUT" in c.source for c in code)
-    assert ignored <= 0.15 * len(code), f"{ignored}/{len(code)} cells ignore their output (max 15%)"
+    ignored = [c for c in code if not course.nbval_options(c)["check"]]     # by a tag or a marker comment
+    assert len(ignored) <= 0.15 * len(code), f"{len(ignored)}/{len(code)} cells ignore their output (max 15%)"
     n = len(course.exercises(nb))
     assert 2 <= n <= 5, f"{n} graded exercises (syllabus: 2-5)"
     lab = nbformat.read(str(course.lab_path_for(sol)), as_version=4)
     assert "### BEGIN SOLUTION" not in json.dumps([c.source for c in lab.cells])
+
+
+# notebooks whose cells another issue owns (the trained models): their markers move when those notebooks are next edited
+MARKER_COMMENTS_PENDING = {"10_trained_models", "11_sparse_trained"}
+
+
+@pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.stem not in MARKER_COMMENTS_PENDING],
+                         ids=[s.stem for s in SOLUTIONS if s.stem not in MARKER_COMMENTS_PENDING])
+def test_nbval_markers_are_out_of_the_students_sight(sol):
+    """A cell whose output nbval must not compare says so in its tags (``nbval-ignore-output``, which nbval reads), with
+    the reason in its metadata (``hybrid_lab.why_output_ignored``): no ``# NBVAL_...`` comment in the code a student
+    reads."""
+    nb = nbformat.read(str(sol), as_version=4)
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code":
+            continue
+        assert "NBVAL_" not in c.source, f"cell {i}: move the marker into the cell's tags (nbval-ignore-output)"
+        if "nbval-ignore-output" in c.metadata.get("tags", []):
+            assert c.metadata.get("hybrid_lab", {}).get("why_output_ignored"), f"cell {i}: say why in its metadata"
 
 
 # ------------------------------------------------------------------------------------------------ the kernel side
@@ -213,7 +232,7 @@ def test_exercise_cell_that_raises(tmp_path):
     path = _solved(SSM, tmp_path, ("def ssm_step(h, x_t", "1 / 0\ndef ssm_step(h, x_t"))
     r = _rows(path, fail_fast=True)
     assert r["01.1"].message.startswith("your exercise cell (JupyterLab: Cell ")
-    assert r["01.1"].message.endswith("raised ZeroDivisionError: division by zero")
+    assert r["01.1"].message.endswith("raised ZeroDivisionError: division by zero (line 2 of your cell)")
     assert r["01.2"].message.startswith("not run")  # -x
 
 
@@ -340,3 +359,36 @@ def test_build_refuses_to_overwrite_student_work(tmp_path, monkeypatch):
     assert "edited by hand" in course.out_of_sync()[0]
     course.build(force=True)
     assert course.out_of_sync() == []
+
+
+def test_practice_labs_store_no_verdict():
+    """An untouched lab shows "not run yet" under every check until the student runs it, never the reference run's
+    PASS; the rest of the stored outputs (the reference answers) stay."""
+    for sol in SOLUTIONS:
+        lab = nbformat.read(str(course.lab_path_for(sol)), as_version=4)
+        code = [c for c in lab.cells if c.cell_type == "code"]
+        for ex in course.exercises(lab):
+            check = code[ex.cell + 1]
+            text = "".join(o.get("text", "") for o in check.outputs)
+            assert text == course.NOT_RUN_YET, (sol.name, ex.id, text[:200])
+        stored = "".join(o.get("text", "") for c in code for o in c.outputs)
+        assert "PASS:" not in stored, sol.name
+
+
+def test_check_says_when_only_the_outputs_of_a_lab_changed(tmp_path, monkeypatch):
+    """A lab run and saved by JupyterLab (its cells the build's, its outputs not): check says exactly that."""
+    import shutil
+    root = tmp_path / "repo"
+    (root / "solutions").mkdir(parents=True)
+    (root / "labs").mkdir()
+    (root / "hybrid_lab").mkdir()
+    shutil.copy(SSM, root / "solutions" / SSM.name)
+    lab = course.make_lab(nbformat.read(str(SSM), as_version=4))
+    for c in lab.cells:
+        if c.cell_type == "code":
+            c.outputs = []
+    (root / "labs" / SSM.name).write_text(course.dumps(lab))
+    monkeypatch.setattr(course, "repo_root", lambda: root)
+    bad = course.out_of_sync()
+    assert len(bad) == 1 and "its cells are the build's but its outputs are not" in bad[0], bad
+    assert "older than its solution" not in bad[0]

@@ -6,8 +6,8 @@ with a constant name): a function-local import does not hide a cycle or a layer 
     layers      core < ops < costs < models < serving < trained < widgets < exercises: a module imports its own
                 layer or lower (trained/: tasks, torch twins and training of the small models; torch only there)
     course      course/ (the notebook pipeline and CLI) imports only core and itself, plus the CLI commands' entry
-                points in ``SIDECAR_LAZY`` (``hybrid-lab train`` runs trained.train), imported inside the command's
-                handler only; no layer imports course/
+                points in ``SIDECAR_LAZY`` (``hybrid-lab train`` runs trained.train; ``grade`` the exercises'
+                verdicts), imported inside the command's handler only; no layer imports course/
     gpu_track   imports from hybrid_lab only ``hybrid_lab.ops.contracts`` (the swappable ops' checks)
     no cycles, and no ``_private`` name (or private module) of another module used across modules
 
@@ -27,7 +27,9 @@ LAYERS = ("core", "ops", "costs", "models", "serving", "trained", "widgets", "ex
 SIDECAR = "course"                     # tooling: its own island on top of core
 # modules a course/ CLI command runs, imported inside its handler (so `hybrid-lab open` etc. never load them, nor
 # what they load): the only way course/ reaches above core
-SIDECAR_LAZY = {"hybrid_lab.course.cli": {"hybrid_lab.trained.train"}}
+SIDECAR_LAZY = {"hybrid_lab.course.cli": {"hybrid_lab.trained.train"},
+                # `hybrid-lab grade` decides each verdict itself: the exercises' cases, references and comparison
+                "hybrid_lab.course.pipeline": {"hybrid_lab.exercises.verdicts", "hybrid_lab.exercises.framework"}}
 FACADE_LAYER = "ops"                   # hybrid_lab/__init__.py re-exports the backend switch (ops/registry)
 GPU_MAY_IMPORT = {"hybrid_lab.ops.contracts"}
 

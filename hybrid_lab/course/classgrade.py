@@ -91,7 +91,7 @@ def _limit_memory(mb: int):
 
 
 def grade_one(sub: Submission, lab: str, cell_timeout: int, time_limit: int, memory_mb: int,
-              threads: int = 1) -> Result:
+              threads: int = 1, unsafe: bool = False, seed: int | None = None, hidden=None) -> Result:
     """Grade one submission in a child process (see the module docstring), its BLAS / OpenMP pools limited to
     ``threads`` (parallel workers each with a pool of every core oversubscribe the CPU: measured 2.9 vs 6.4 lab-04
     submissions per minute on 2 cores)."""
@@ -101,7 +101,10 @@ def grade_one(sub: Submission, lab: str, cell_timeout: int, time_limit: int, mem
     with tempfile.TemporaryDirectory(prefix="hybrid_lab_class_") as tmp:
         out = Path(tmp) / "rows.json"
         cmd = [sys.executable, "-m", "hybrid_lab.course", "grade", str(sub.path), "--lab", lab,
-               "--timeout", str(cell_timeout), "--json", str(out)]
+               "--timeout", str(cell_timeout), "--json", str(out),
+               *(["--unsafe"] if unsafe else ["--require-sandbox"]), *(["--seed", str(seed)] if seed is not None
+                                                                       else []),
+               *(["--cases", str(Path(hidden).resolve())] if hidden else [])]
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=_limit_memory(memory_mb) if os.name == "posix" else None)
         try:
@@ -133,8 +136,19 @@ def grade_one(sub: Submission, lab: str, cell_timeout: int, time_limit: int, mem
 
 
 def grade_class(paths, lab: str, csv_path=None, feedback=None, jobs: int | None = None, cell_timeout: int = 120,
-                time_limit: int = 900, memory_mb: int = 8192, quiet: bool = False) -> list[Result]:
-    """Grade every submission under ``paths`` against solutions/ lab ``lab``; write the CSV and the feedback."""
+                time_limit: int = 900, memory_mb: int = 8192, quiet: bool = False, unsafe: bool | None = None,
+                seed: int | None = None, hidden=None) -> list[Result]:
+    """Grade every submission under ``paths`` against solutions/ lab ``lab``; write the CSV and the feedback.
+    Each submission runs in the bubblewrap sandbox (a CourseError when there is none, unless ``unsafe``; None:
+    ``HYBRID_LAB_GRADE_UNSAFE=1``)."""
+    from hybrid_lab.core import sandbox
+
+    if unsafe is None:
+        unsafe = os.environ.get(course.UNSAFE_ENV) == "1"
+    ok, why = sandbox.available()
+    if not ok and not unsafe:
+        raise course.CourseError(f"{why}. A class is graded only inside the bubblewrap sandbox; install it, or pass "
+                                 f"--unsafe (a separate process and the audit hook only)")
     sol = _solution(lab)
     exs = course.exercises(course.read_notebook(sol))
     subs = collect(paths)
@@ -146,7 +160,8 @@ def grade_class(paths, lab: str, csv_path=None, feedback=None, jobs: int | None 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        results = list(pool.map(lambda s: grade_one(s, lab, cell_timeout, time_limit, memory_mb, threads), subs))
+        results = list(pool.map(lambda s: grade_one(s, lab, cell_timeout, time_limit, memory_mb, threads,
+                                                    bool(unsafe) or not ok, seed, hidden), subs))
     took = time.monotonic() - t0
     max_points = sum(e.points for e in exs)
     for r in results:

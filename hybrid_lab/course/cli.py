@@ -146,6 +146,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, help="seconds per cell (default 300; class grading 120)")
     p.add_argument("--time-limit", type=int, help="class grading: seconds per submission (default 900)")
     p.add_argument("--memory-mb", type=int, help="class grading: memory per submission in MB (default 8192)")
+    p.add_argument("--unsafe", action="store_true",
+                   help="grade without the bubblewrap sandbox (a separate process and the audit hook only; a "
+                        "determined student can then write files and read the library's source)")
+    p.add_argument("--seed", type=int, help="the cases' seed (default: fresh ones per exercise; the lecturer's to "
+                                            "reproduce a grade)")
+    p.add_argument("--cases", help="the lecturer's hidden cases (default: solutions/hidden_cases.py)")
+    p.add_argument("--require-sandbox", action="store_true", help=argparse.SUPPRESS)   # class grading's workers
     p.add_argument("--json", help=argparse.SUPPRESS)     # one submission's rows, for class grading's workers
     p = sub.add_parser("build", help="regenerate labs/ from solutions/")
     p.add_argument("paths", nargs="*")
@@ -179,13 +186,15 @@ def _grade(a) -> int:
     single = len(a.paths) == 1 and not Path(a.paths[0]).is_dir() and not a.csv and not a.feedback
     if single:
         rows = course.grade(a.paths[0], fail_fast=a.fail_fast, quiet=bool(a.json), timeout=a.timeout or 300,
-                            lab=a.lab)
+                            lab=a.lab, unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases,
+                            require_sandbox=a.require_sandbox)
         if a.json:       # class grading's worker: the rows for the parent process
             Path(a.json).write_text(json.dumps([dataclasses.asdict(r) for r in rows]))
         return 0 if all(r.passed for r in rows) else 1
     results = classgrade.grade_class(a.paths, a.lab or classgrade.common_lab(a.paths), csv_path=a.csv,
                                      feedback=a.feedback, jobs=a.jobs, cell_timeout=a.timeout or 120,
-                                     time_limit=a.time_limit or 900, memory_mb=a.memory_mb or 8192)
+                                     time_limit=a.time_limit or 900, memory_mb=a.memory_mb or 8192,
+                                     unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases)
     return 0 if all(r.status == "graded" and r.total == r.max_points for r in results) else 1
 
 

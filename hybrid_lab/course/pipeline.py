@@ -182,8 +182,14 @@ def stub_source(src: str, ex: Exercise) -> str:
     return "\n".join(out)
 
 
+NOT_RUN_YET = "(not run yet: run this cell to check your function)\n"
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'][0-9A-Za-z._-]+["']""")
+
+
 def make_lab(sol_nb):
-    """The student version of a solution notebook (outputs kept: they are the reference answers)."""
+    """The student version of a solution notebook. Outputs are kept (they are the reference answers), except under
+    each check: a stored "PASS" under an untouched stub would be a verdict the student never earned, so a check
+    cell shows "not run yet" until it runs."""
     lab = copy.deepcopy(sol_nb)
     exs = {e.cell: e for e in exercises(sol_nb)}
     k = -1
@@ -193,6 +199,9 @@ def make_lab(sol_nb):
         k += 1
         if k in exs:
             cell.source = stub_source(cell_source(cell), exs[k])
+        elif k - 1 in exs and _CHECK_CALL.search(cell_source(cell)):
+            cell.outputs = [_nbformat().v4.new_output("stream", name="stdout", text=NOT_RUN_YET)]
+            cell.execution_count = None
     lab.metadata["hybrid_lab"] = {"kind": "lab", "generated_from": "solutions/", "do_not_edit": "regenerate with "
                                   "hybrid-lab build", "cells_sha256": cells_hash(lab)}
     return lab
@@ -278,8 +287,13 @@ def out_of_sync() -> list[str]:
                        f"hybrid-lab build {rel(sol)}")
         elif not dst.exists():
             bad.append(f"{rel(dst)}: missing; run hybrid-lab build {rel(sol)}")
-        elif dst.read_text() != dumps(make_lab(sol_nb)):
-            edited = edited_since_build(nbf.read(str(dst), as_version=4))
+        elif dst.read_text() != dumps(want := make_lab(sol_nb)):
+            lab_nb = nbf.read(str(dst), as_version=4)
+            if cells_hash(lab_nb) == cells_hash(want):          # the same cells: only outputs or metadata differ
+                bad.append(f"{rel(dst)}: its cells are the build's but its outputs are not (it was run and saved, "
+                           f"e.g. by JupyterLab); run hybrid-lab build {rel(sol)} to restore the stored ones")
+                continue
+            edited = edited_since_build(lab_nb)
             bad.append(f"{rel(dst)}: " + ("edited by hand (never edit labs/); run hybrid-lab build --force "
                                           if edited else "older than its solution; run hybrid-lab build ") + rel(sol))
     names = {s.name for s in sols}
@@ -487,25 +501,46 @@ class CellRun:
     verdicts: list = field(default_factory=list)   # what check(...) calls in this cell recorded (core.grading)
 
 
-def _kernel_manager(folder):
+def package_folders() -> list[str]:
+    """The folders of the installed ``hybrid_lab`` and ``gpu_track`` packages (what a sandboxed kernel may read)."""
+    out = []
+    for name in ("hybrid_lab", "gpu_track"):
+        spec = importlib.util.find_spec(name)
+        out += [str(Path(p).resolve()) for p in (spec.submodule_search_locations or [])] if spec else []
+    return out
+
+
+def _kernel_manager(folder, sandboxed: bool = False):
     """A kernel of this very Python (the venv the grader runs in), whatever kernelspecs the machine has; on POSIX it
-    talks over local sockets in ``folder`` (nothing on the network, no "running over TCP without encryption")."""
+    talks over local sockets in ``folder`` (nothing on the network, no "running over TCP without encryption").
+    ``sandboxed``: the kernel runs inside bubblewrap (:mod:`hybrid_lab.core.sandbox`): it sees the system, this
+    Python and the packages read-only, ``folder`` writable, nothing else (not solutions/, not other submissions)."""
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
 
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    if sandboxed:
+        from hybrid_lab.core import sandbox
+        # JPY_PARENT_PID names the grader's pid, which the kernel's own pid namespace does not have: ipykernel would
+        # take its parent for dead and exit (--die-with-parent ends it with the grader instead)
+        argv = sandbox.wrap(argv, folder, readonly=package_folders(), unsetenv=("JPY_PARENT_PID",),
+                            interruptible=True)[0]
+
     class ThisPython(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                              display_name="Python 3 (hybrid-lab grader)", language="python")
+            return KernelSpec(argv=argv, display_name="Python 3 (hybrid-lab grader)", language="python")
 
     ipc = {"transport": "ipc", "ip": str(Path(folder) / "kernel")} if os.name == "posix" else {}
-    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisPython(), **ipc)
+    km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisPython(), **ipc)
+    km.connection_file = str(Path(folder) / "kernel.json")     # inside the folder the sandbox shows
+    return km
 
 
-def run_cells(nb, cwd, timeout: int = 300, skip=()):
+def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False):
     """Run the code cells of ``nb`` in order in a fresh kernel, going on after errors. Yields (cell index, CellRun).
     Cells whose index is in ``skip`` do not run. A cell over ``timeout`` seconds is interrupted and counts as raising
-    TimeoutError; a dead kernel ends the run. The kernel's own log goes to ``cwd/kernel.log``."""
+    TimeoutError; a dead kernel ends the run. The kernel's own log goes to ``cwd/kernel.log``. ``sandboxed``: the
+    kernel runs inside bubblewrap (see :func:`_kernel_manager`)."""
     import nbclient
     from nbclient.exceptions import DeadKernelError
 
@@ -514,7 +549,7 @@ def run_cells(nb, cwd, timeout: int = 300, skip=()):
     setup = len(nb.cells) - 1
     errors = {}
     client = nbclient.NotebookClient(
-        nb, km=_kernel_manager(cwd), timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
+        nb, km=_kernel_manager(cwd, sandboxed), timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
         error_on_timeout={"ename": "TimeoutError", "evalue": f"the cell ran longer than {timeout} s (an endless loop?)",
                           "traceback": []},
         on_cell_error=lambda cell, cell_index, execute_reply: errors.__setitem__(cell_index, execute_reply["content"]),
@@ -525,6 +560,9 @@ def run_cells(nb, cwd, timeout: int = 300, skip=()):
     env[GRADE_LOG_ENV] = str(log_file)
     env[ALLOW_ENV] = os.pathsep.join(write_roots(cwd))
     env["TMPDIR"] = str(Path(cwd))                  # tempfile in graded code lands in the scratch folder
+    if sandboxed:                                   # its home, caches and runtime files in the scratch folder too
+        from hybrid_lab.core import sandbox
+        env = sandbox.wrap([], cwd, env=env)[1]
     seen = 0
     kernel = contextlib.ExitStack()
     log_path = Path(cwd) / "kernel.log"  # the kernel process's own messages, not the student's terminal
@@ -645,11 +683,13 @@ def _positions(nb) -> dict:
     return pos
 
 
-def _verdict(ex, cells, runs, ref_nb, where) -> Row:
+def _verdict(ex, cells, runs, ref_nb, where, trusted=None) -> Row:
     """Row of one exercise from its cells' runs. cells: notebook indices, the exercise cell first (none for setup).
 
-    The verdict is the one the exercise's ``check(...)`` recorded in a cell *after* the exercise cell (a record made
-    while the student's own cell runs does not count); a cell that raises fails the row."""
+    The verdict is the grader's own (``trusted``: {exercise id: verdict} of :mod:`hybrid_lab.exercises.verdicts`,
+    decided in this process from the outcomes of the student's sandboxed function), shown at the exercise's first
+    check cell; nothing the notebook's kernel records counts. A cell of the exercise that raises fails the row."""
+    trusted = trusted or {}
     label = "setup" if ex is None else ex.id
     row = Row(label, 0 if ex is None else ex.points, True)
     if cells and not any(i in runs or nbval_options(ref_nb.cells[i])["skip"] for i in cells):
@@ -666,13 +706,11 @@ def _verdict(ex, cells, runs, ref_nb, where) -> Row:
                 fails.append((f"not run: the grader stopped before {name}", []))
             continue
         row.notes = list(dict.fromkeys(row.notes + _notes(run.outputs, ref_nb.cells[i].outputs)))
-        if ex is not None and k > 0 and verdict is None:
-            verdict = next((r for r in run.verdicts if r["exercise"] == ex.id), None)
-            if verdict is not None:
-                verdict = dict(verdict, place=place)
-        judged_here = ex is not None and k > 0 and any(r["exercise"] == ex.id for r in run.verdicts)
-        if run.error and judged_here and run.error[0] == "TimeoutError":
-            continue                        # the check caught the interrupt and said so in its verdict
+        mine = trusted.get(ex.id) if ex is not None else None
+        if mine is not None and k == (0 if mine.get("cell") else 1) and verdict is None:
+            verdict = dict(mine, place=place)
+        if run.error and mine is not None and (k == 1 or (k == 0 and mine.get("cell"))):
+            continue                        # the check cell (or the cell the verdict is about): the verdict says it
         if run.error and not (nbval_options(ref_nb.cells[i])["raises"] and k > 0):
             stub = _stub_of(run.error)
             if stub is not None and stub == label:
@@ -685,6 +723,9 @@ def _verdict(ex, cells, runs, ref_nb, where) -> Row:
     if ex is not None and verdict is not None:
         if verdict["status"] == "not_done":
             fails.insert(0, (verdict["message"], []))
+        elif verdict["status"] == "fail" and verdict.get("cell"):        # "your exercise cell raised ...": where
+            fails.insert(0, (verdict["message"].replace("your exercise cell", verdict["place"], 1),
+                             list(verdict["details"])))
         elif verdict["status"] == "fail":
             fails.insert(0, (f"{verdict['place']}: {verdict['message']}", list(verdict["details"])))
     elif ex is not None and not fails:
@@ -698,14 +739,44 @@ def _verdict(ex, cells, runs, ref_nb, where) -> Row:
     return row
 
 
+UNSAFE_ENV = "HYBRID_LAB_GRADE_UNSAFE"   # "1": the default of --unsafe (the test suite on a machine without bwrap)
+NO_SANDBOX = "not sandboxed"
+
+
 def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: int = 300,
-          lab: str | None = None) -> list[Row]:
+          lab: str | None = None, unsafe: bool | None = None, seed: int | None = None,
+          hidden=None, require_sandbox: bool = False) -> list[Row]:
     """Grade a student's notebook against solutions/ (lab ``lab``, e.g. "01", else found from the file name).
-    Returns one Row per exercise (and a 'setup' row on failure). ``timeout``: seconds per cell."""
+    Returns one Row per exercise (and a 'setup' row on failure). ``timeout``: seconds per cell.
+
+    The notebook runs in a sandboxed kernel (for what it prints and whether its cells run); each exercise's verdict
+    is decided here (:mod:`hybrid_lab.exercises.verdicts`): the student's function runs in a separate sandboxed
+    process with the answer removed from the library, on cases this process draws (``seed``: None draws fresh ones
+    per exercise) plus the lecturer's hidden cases (``hidden``: a file, default ``solutions/hidden_cases.py``).
+    Without bubblewrap (macOS, Windows): a student grading their own notebook gets one line saying so and the
+    grade runs unsandboxed (a separate process and the audit hook); ``require_sandbox`` (class grading: other
+    people's code) refuses with a CourseError instead, unless ``unsafe`` (None: ``HYBRID_LAB_GRADE_UNSAFE=1``)."""
+    from hybrid_lab.core import sandbox
+    from hybrid_lab.exercises import verdicts
+    from hybrid_lab.exercises import framework
+
     missing = missing_grade_deps()
     if missing:
         raise CourseError(f"grading needs the Python package(s) {', '.join(missing)}, not installed here; install "
                           f"the lab: {install_hint()}")
+    if unsafe is None:
+        unsafe = os.environ.get(UNSAFE_ENV) == "1"
+    ok, why = sandbox.available()
+    if not ok and require_sandbox and not unsafe:
+        raise CourseError(f"{why}. Other people's code is graded only inside the bubblewrap sandbox; install it, or "
+                          f"pass --unsafe to grade with a separate process and Python's audit hook only (a "
+                          f"determined student can then write files and read the library's source)")
+    if not ok and not unsafe:
+        print(f"hybrid-lab grade: {NO_SANDBOX} ({why}); fine for your own notebook, not for other people's code",
+              file=sys.stderr, flush=True)
+    sandboxed = ok and not unsafe
+    hidden_path = Path(hidden) if hidden is not None else repo_root() / "solutions" / verdicts.HIDDEN_FILE
+    hidden_cases = verdicts.load_hidden(hidden_path if hidden_path.exists() else None)
     student_path = Path(student_path)
     student = read_notebook(student_path)
     sol_path = solution_path_for(student_path, lab)
@@ -728,18 +799,39 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
     if not quiet:
         print(f"Grading {shown(student_path)}: your exercise cells with the checks of solutions/{sol_path.name}, in "
               f"a fresh kernel ...", flush=True)
-    runs, rows = {}, []
+    runs, rows, trusted = {}, [], {}
     end_of = {cells[-1]: n for n, (_, cells) in enumerate(ranges) if cells}
-    with tempfile.TemporaryDirectory(prefix="hybrid_lab_grade_") as tmp:
+    merged_code = [c for c in merged.cells if c.cell_type == "code"]
+    student_cells = [(e.id, cell_source(merged_code[e.cell])) for e in exs]
+
+    def judge_exercise(n):
+        """The trusted verdict of exercise n (once its cell ran in the kernel), in a fresh sandboxed worker."""
+        ex = ranges[n][0]
+        if ex is None or ex.id in trusted:
+            return
+        k = [e.id for e in exs].index(ex.id)
+        s = framework.fresh_seed() if seed is None else int(seed)
+        stand_in = [e.id for e in exs[:k] if trusted.get(e.id, {}).get("status") != "pass"]
+        trusted[ex.id] = verdicts.verdict(ex.id, student_cells[:k + 1], s, Path(work) / f"worker_{ex.id}", cache,
+                                          hidden_cases, timeout, unsafe=not sandboxed, stand_in=stand_in)
+
+    with tempfile.TemporaryDirectory(prefix="hybrid_lab_grade_") as work, \
+            tempfile.TemporaryDirectory(prefix="hybrid_lab_answers_removed_") as cache:
+        tmp = Path(work) / "kernel"                 # the kernel's scratch: it never sees the workers' folders
+        tmp.mkdir()
         skip = {i for i in code_at if nbval_options(sol.cells[i])["skip"]}
-        for i, run in run_cells(merged, tmp, timeout, skip=skip):
+        for i, run in run_cells(merged, tmp, timeout, skip=skip, sandboxed=sandboxed):
             runs[i] = run
             if fail_fast and (run.error or i in end_of):
                 n = next(n for n, (_, cells) in enumerate(ranges) if i in cells)
-                if not _verdict(*ranges[n], runs, sol, where).passed:
+                judge_exercise(n)
+                if not _verdict(*ranges[n], runs, sol, where, trusted).passed:
                     break
+        for n, (ex, cells) in enumerate(ranges):
+            if ex is not None and cells and cells[0] in runs:
+                judge_exercise(n)
     for ex, cells in ranges:
-        row = _verdict(ex, cells, runs, sol, where)
+        row = _verdict(ex, cells, runs, sol, where, trusted)
         if ex is not None or not row.passed:
             rows.append(row)
     if not quiet:

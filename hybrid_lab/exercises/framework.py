@@ -116,6 +116,11 @@ class LibraryCallError(RuntimeError):
     """The student's function called a library function that is the answer to the exercise."""
 
 
+def shown_value(v) -> str:
+    """``v`` as a message shows it (numbers to 6 digits, long reprs cut)."""
+    return _fmt(v)
+
+
 def _fmt(v) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{float(v):.6g}"
@@ -243,6 +248,11 @@ def _resolve(spec: str):
     return owner, parts[-1], getattr(owner, parts[-1])
 
 
+def resolve_forbidden(spec: str):
+    """The callable a ``forbidden`` entry ('pkg.mod:Class.attr') names."""
+    return _resolve(spec)[2]
+
+
 def _guard(ex: Exercise, qualname: str):
     def guard(*args, **kwargs):
         raise LibraryCallError(f"{ex.function} calls {qualname}; exercise {ex.id} asks you to write this part "
@@ -320,7 +330,7 @@ class Verdict:
         return self.status == "pass"
 
 
-def _is_stub(exc: BaseException) -> bool:
+def is_stub_error(exc: BaseException) -> bool:
     """The stub's NotImplementedError, also when wrapped (Triton's interpreter re-raises it inside its own error)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -384,38 +394,57 @@ def fresh_seed() -> int:
     return secrets.randbelow(10 ** 7)
 
 
-def evaluate(exercise_id: str, fn, seed: int | None = None, globals_: dict | None = None) -> Verdict:
-    """Run the student's ``fn`` on the exercise's cases (``seed``: None draws a fresh one). Prints nothing."""
-    ex = get(exercise_id)
-    seed = fresh_seed() if seed is None else int(seed)
-    name = getattr(fn, "__name__", ex.function)
-    if not callable(fn):
-        return Verdict(ex.id, "fail", f"{ex.function} is {_fmt(fn)}, not a function", [])
-    cases = ex.cases(np.random.default_rng(seed))
+def run_student(ex: Exercise, fn, case: Case, globals_: dict | None = None) -> dict:
+    """Run the student's ``fn`` on one case with the library switched off: an *outcome*, plain data that the grader
+    can carry between processes. ``{"ok": True, "value": result}``, or ``{"ok": False, "kind": k, ...}`` with k one
+    of "stub" (the stub's NotImplementedError), "library" (a switched-off library function was called;
+    "message"), "interrupted" (stop button / timeout) or "raised" ("type", "what", "line": where in the cell). The
+    grader adds "ended" ("why") for a case its sandboxed process did not finish (it died, or ran out of time).
+    ``SystemExit`` counts as raised: ``sys.exit()`` in an exercise is a wrong answer, not the end of the check."""
+    try:
+        with library_switched_off(ex, globals_), np.errstate(**(
+                {"over": "raise", "invalid": "raise"} if ex.float_errors else {})):
+            return {"ok": True, "value": _run(ex, fn, case)}
+    except KeyboardInterrupt:                                      # the stop button, or the grader's cell timeout
+        return {"ok": False, "kind": "interrupted"}
+    except (Exception, SystemExit) as exc:                         # the student's code raised: a verdict, not a crash
+        lib = _library_call(exc)
+        if lib is not None:
+            return {"ok": False, "kind": "library", "message": str(lib)}
+        if is_stub_error(exc):
+            return {"ok": False, "kind": "stub"}
+        return {"ok": False, "kind": "raised", "type": type(exc).__name__,
+                "what": (str(exc).strip().splitlines() or [""])[0][:200], "line": _student_line(exc, fn)}
+
+
+def judge(ex: Exercise, name: str, cases: list, outcomes, wants, seed: int) -> Verdict:
+    """The verdict on the student's outcomes (:func:`run_student`, one per case, in order; fewer when the run
+    stopped) against the reference's results ``wants``. The one comparison of both modes: the in-notebook check
+    (outcomes from this process) and the grader (outcomes brought back from the student's sandboxed process)."""
     labels = _label(cases)
     failures = []
-    if globals_ is None:
-        globals_ = getattr(fn, "__globals__", None)
-    for label, case in zip(labels, cases):
-        want = _run(ex, ex.reference, case)
-        try:
-            with library_switched_off(ex, globals_), np.errstate(**(
-                    {"over": "raise", "invalid": "raise"} if ex.float_errors else {})):
-                got = _run(ex, fn, case)
-        except KeyboardInterrupt:                                  # the stop button, or the grader's cell timeout
-            return Verdict(ex.id, "fail", f'case "{label}": {name} was interrupted before it returned (an endless '
-                                          f'loop?)', [f"reproduce these cases: check(\"{ex.id}\", {name}, seed={seed})"],
-                           labels)
-        except Exception as exc:                                   # the student's code raised: a verdict, not a crash
-            lib = _library_call(exc)
-            if lib is not None:
-                return Verdict(ex.id, "fail", f'case "{label}": {lib}', [], labels)
-            if _is_stub(exc) and not failures:
+    reproduce = f'reproduce these cases: check("{ex.id}", {name}, seed={seed})'
+    outcomes = list(outcomes)
+    for i, (label, case) in enumerate(zip(labels, cases)):
+        out = outcomes[i] if i < len(outcomes) else {"ok": False, "kind": "interrupted"}
+        if not out.get("ok"):
+            kind = out.get("kind")
+            if kind == "interrupted":
+                return Verdict(ex.id, "fail", f'case "{label}": {name} was interrupted before it returned (an '
+                                              f'endless loop?)', [reproduce], labels)
+            if kind == "library":
+                return Verdict(ex.id, "fail", f'case "{label}": {out.get("message", "")}', [], labels)
+            if kind == "ended":                                    # the student's process died or was stopped
+                return Verdict(ex.id, "fail", f'case "{label}": {out.get("why", "")}', [reproduce], labels)
+            if kind == "stub" and not failures:
                 return Verdict(ex.id, "not_done", f"not done yet: {name} raises NotImplementedError", [], labels)
-            what = (str(exc).strip().splitlines() or [""])[0][:200]
-            failures.append((label, case, f"{name} raised {type(exc).__name__}: {what}{_student_line(exc, fn)}"))
+            if kind == "stub":
+                failures.append((label, case, f"{name} raised NotImplementedError"))
+            else:
+                failures.append((label, case, f"{name} raised {out.get('type', 'an exception')}: "
+                                              f"{out.get('what', '')}{out.get('line', '')}"))
             continue
-        problem = compare(ex, got, want, case)
+        problem = compare(ex, out["value"], wants[i], case)
         if problem:
             failures.append((label, case, problem))
     if not failures:
@@ -426,8 +455,32 @@ def evaluate(exercise_id: str, fn, seed: int | None = None, globals_: dict | Non
     if len(failures) > 1:
         details.append("also wrong: " + ", ".join(f'"{f[0]}"' for f in failures[1:6])
                        + (f" and {len(failures) - 6} more" if len(failures) > 6 else ""))
-    details.append(f'reproduce these cases: check("{ex.id}", {name}, seed={seed})')
+    details.append(reproduce)
     return Verdict(ex.id, "fail", f"{name} is wrong on {len(failures)} of {len(cases)} cases", details, labels)
+
+
+def reference_results(ex: Exercise, cases: list) -> list:
+    """The reference's result on every case (each on its own copy of the inputs)."""
+    return [_run(ex, ex.reference, case) for case in cases]
+
+
+def evaluate(exercise_id: str, fn, seed: int | None = None, globals_: dict | None = None) -> Verdict:
+    """Run the student's ``fn`` on the exercise's cases (``seed``: None draws a fresh one). Prints nothing."""
+    ex = get(exercise_id)
+    seed = fresh_seed() if seed is None else int(seed)
+    name = getattr(fn, "__name__", ex.function)
+    if not callable(fn):
+        return Verdict(ex.id, "fail", f"{ex.function} is {_fmt(fn)}, not a function", [])
+    cases = ex.cases(np.random.default_rng(seed))
+    if globals_ is None:
+        globals_ = getattr(fn, "__globals__", None)
+    wants, outcomes = [], []
+    for case in cases:                      # one case at a time: a stub or an interrupt ends the run, as judged
+        wants.append(_run(ex, ex.reference, case))
+        outcomes.append(run_student(ex, fn, case, globals_))
+        if not outcomes[-1]["ok"] and outcomes[-1]["kind"] in ("interrupted", "library"):
+            break
+    return judge(ex, name, cases, outcomes, wants, seed)
 
 
 MODES = ("practice", "assignment", "nbgrader")
@@ -480,7 +533,7 @@ def _smoke(ex: Exercise, fn, seed, globals_):
     except Exception as exc:
         if _library_call(exc) is not None:
             print(f"Exercise {ex.id}: {_library_call(exc)}.")
-        elif _is_stub(exc):
+        elif is_stub_error(exc):
             print(f"Exercise {ex.id} not done yet: {name} raises NotImplementedError.")
         else:
             what = (str(exc).strip().splitlines() or [""])[0][:200]

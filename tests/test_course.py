@@ -374,21 +374,3 @@ def test_practice_labs_store_no_verdict():
         stored = "".join(o.get("text", "") for c in code for o in c.outputs)
         assert "PASS:" not in stored, sol.name
 
-
-def test_check_says_when_only_the_outputs_of_a_lab_changed(tmp_path, monkeypatch):
-    """A lab run and saved by JupyterLab (its cells the build's, its outputs not): check says exactly that."""
-    import shutil
-    root = tmp_path / "repo"
-    (root / "solutions").mkdir(parents=True)
-    (root / "labs").mkdir()
-    (root / "hybrid_lab").mkdir()
-    shutil.copy(SSM, root / "solutions" / SSM.name)
-    lab = course.make_lab(nbformat.read(str(SSM), as_version=4))
-    for c in lab.cells:
-        if c.cell_type == "code":
-            c.outputs = []
-    (root / "labs" / SSM.name).write_text(course.dumps(lab))
-    monkeypatch.setattr(course, "repo_root", lambda: root)
-    bad = course.out_of_sync()
-    assert len(bad) == 1 and "its cells are the build's but its outputs are not" in bad[0], bad
-    assert "older than its solution" not in bad[0]

@@ -287,12 +287,8 @@ def out_of_sync() -> list[str]:
                        f"hybrid-lab build {rel(sol)}")
         elif not dst.exists():
             bad.append(f"{rel(dst)}: missing; run hybrid-lab build {rel(sol)}")
-        elif dst.read_text() != dumps(want := make_lab(sol_nb)):
+        elif dst.read_text() != dumps(make_lab(sol_nb)):
             lab_nb = nbf.read(str(dst), as_version=4)
-            if cells_hash(lab_nb) == cells_hash(want):          # the same cells: only outputs or metadata differ
-                bad.append(f"{rel(dst)}: its cells are the build's but its outputs are not (it was run and saved, "
-                           f"e.g. by JupyterLab); run hybrid-lab build {rel(sol)} to restore the stored ones")
-                continue
             edited = edited_since_build(lab_nb)
             bad.append(f"{rel(dst)}: " + ("edited by hand (never edit labs/); run hybrid-lab build --force "
                                           if edited else "older than its solution; run hybrid-lab build ") + rel(sol))

@@ -609,7 +609,10 @@ def _widget_cells(lab: Path) -> list[int]:
     import nbformat
 
     nb = nbformat.read(str(lab), as_version=4)
-    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "progress" not in c.source and any(
+    def progress(c):                    # said in the source, or in the reason its output is not compared
+        why = c.get("metadata", {}).get("hybrid_lab", {}).get("why_output_ignored", "")
+        return "progress" in c.source or "progress" in why
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not progress(c) and any(
         "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.outputs)]
 
 

@@ -11,8 +11,9 @@ are newly selected and not already on the GPU (the previous step's blocks stay c
 stays on the GPU. This is a teaching approximation (the lab's), not the paper's performance model: it predicts
 directions (who wins when), not the paper's absolute tokens/s.
 
-Hardware numbers in the presets are nominal spec-sheet values chosen by us (not from the paper); ``efficiency``
-scales them to achievable rates. Every time is in seconds, every size in bytes.
+Hardware numbers in the presets are ours, not the paper's: HBM and FLOP/s are spec-sheet values, the PCIe rates
+are effective ones we assume (55 / 25 GB/s, 87% / 79% of Gen5 / Gen4 x16's nominal 63 / 31.5 GB/s per direction);
+``efficiency`` scales them further. Every time is in seconds, every size in bytes.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ class Hardware:
         return self.pcie_bw * ctas / (ctas + self.cta_half)
 
 
-# Nominal spec-sheet values (our assumption): H100 SXM 80 GB HBM3 3.35 TB/s, PCIe Gen5 x16 ~55 GB/s achievable,
+# Our assumptions: spec-sheet HBM and FLOP/s; PCIe as effective rates (nominal x16: Gen5 63, Gen4 31.5 GB/s). H100
+# SXM 80 GB HBM3 3.35 TB/s, PCIe Gen5 x16 ~55 GB/s effective,
 # 989 TFLOP/s bf16 dense, 132 SMs; A100 SXM 80 GB HBM2e 2.0 TB/s, PCIe Gen4 x16 ~25 GB/s, 312 TFLOP/s, 108 SMs.
 H100 = Hardware("H100 (80 GB HBM3, PCIe Gen5 x16)", hbm_bw=3.35e12, pcie_bw=55e9, flops=989e12, n_sms=132,
                 hbm_bytes=80e9)

@@ -32,7 +32,8 @@ GARBAGE = ("import numpy as np\n"
            "def ssm_step(h, x_t, dt_t, A, B_t, C_t, D):\n"
            "    return np.zeros_like(x_t), np.zeros_like(h)\n")
 
-# name -> code put into the 01.1 cell below its header ({out}: a file outside every scratch folder)
+# name -> code put into the 01.1 cell below its header ({out}: a file outside every scratch folder; {root}: the
+# checkout, where the solutions and the library's real source are)
 ATTACKS = {
     "patch record": "import hybrid_lab.core.grading as g\n"
                     "for e in ('01.1', '01.2', '01.3', '01.4'):\n    g.record(e, 'pass', 'forged')\n"
@@ -95,7 +96,7 @@ ATTACKS = {
                          "C_t[None], D, h[None])\n"
                          "    return y[0], h2[0]\n",
     "read the reference from the grader": "import glob, os\n"
-                                          "found = glob.glob('/tmp/hybrid_lab_*') + glob.glob('/work/**/lab01.py', "
+                                          "found = glob.glob('/tmp/hybrid_lab_*') + glob.glob('{root}/**/lab01.py', "
                                           "recursive=True)\n"
                                           "src = [open(p).read() for p in found if p.endswith('.py')]\n"
                                           "ppid = os.getppid()\n"
@@ -122,7 +123,7 @@ def _submission(tmp_path: Path, name: str, attack: str, out: Path) -> Path:
     nb = nbformat.read(str(LAB), as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith(HEADER))
     header = cell.source.splitlines()[0]
-    cell.source = header + "\n" + attack.replace("{out}", str(out))
+    cell.source = header + "\n" + attack.replace("{out}", str(out)).replace("{root}", str(ROOT))
     path = tmp_path / f"01_attack_{sorted(ATTACKS).index(name)}.ipynb"
     nbformat.write(nb, str(path))
     return path

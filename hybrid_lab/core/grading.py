@@ -1,8 +1,7 @@
-"""The one link between an exercise check (``hybrid_lab.exercises``) and the grader (``hybrid_lab.course``).
-
-While ``hybrid-lab grade`` runs a notebook it sets ``HYBRID_LAB_GRADE_LOG`` to a file in its scratch folder; every
-``check(...)`` appends one JSON line there with its verdict. In a student's JupyterLab the variable is unset and
-nothing is written: the check only prints.
+"""A log of in-notebook verdicts: every ``check(...)`` appends one JSON line to the file ``HYBRID_LAB_GRADE_LOG``
+names, when it is set (a tool that wants the practice verdicts of a run); unset, nothing is written and the check
+only prints. No grade reads it: ``hybrid-lab grade`` decides every verdict in its own process
+(``hybrid_lab.exercises.verdicts``), since anything in the student's kernel could write this file.
 """
 from __future__ import annotations
 

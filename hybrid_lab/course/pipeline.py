@@ -9,9 +9,11 @@
   prints PASS / FAIL (what is wrong, where) / "not done yet", and returns the reference when it does not pass, so
   Run All goes on with the reference standing in.
 * ``grade`` takes a student's lab, puts the student's exercise cells into the *solution* notebook (so the checks
-  come from ``solutions/``, never from what the student saved), runs it in a fresh kernel with nbclient and reads the
-  verdict each check records (``hybrid_lab.core.grading``; a record made while the student's own cell runs does not
-  count). One row per exercise: id, points, PASS/FAIL and the check's own message, with the cell to look at.
+  come from ``solutions/``, never from what the student saved) and runs it in a fresh, sandboxed kernel with
+  nbclient (what runs, what raises, what is printed). Each verdict is decided by the grader itself
+  (``hybrid_lab.exercises.verdicts``: its own cases and reference, the student's function in a sandboxed worker with
+  the answer removed from the library); nothing the kernel records counts. One row per exercise: id, points,
+  PASS/FAIL and the check's own message, with the cell to look at.
   Not graded: the exercise cell's own output, anything the student's code prints (also when a check calls it), and
   stderr (warnings): they are shown next to the row.
 
@@ -32,7 +34,6 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_lab.core.grading import GRADE_LOG_ENV, read_log
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 GRADE_DEPS = ("nbformat", "nbclient", "jupyter_client", "ipykernel")  # what grading imports (all in the `lab` extra)
@@ -494,7 +495,6 @@ def write_roots(scratch) -> list[str]:
 class CellRun:
     outputs: list
     error: tuple | None = None      # (ename, evalue) when the cell raised
-    verdicts: list = field(default_factory=list)   # what check(...) calls in this cell recorded (core.grading)
 
 
 def package_folders() -> list[str]:
@@ -552,14 +552,11 @@ def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False):
         on_notebook_start=lambda notebook: poll_in_slices(client.kc))
     # the kernel sees the environment a student's JupyterLab has: no headless matplotlib backend
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    log_file = Path(cwd) / "verdicts.jsonl"          # each check(...) appends its verdict (hybrid_lab.core.grading)
-    env[GRADE_LOG_ENV] = str(log_file)
     env[ALLOW_ENV] = os.pathsep.join(write_roots(cwd))
     env["TMPDIR"] = str(Path(cwd))                  # tempfile in graded code lands in the scratch folder
     if sandboxed:                                   # its home, caches and runtime files in the scratch folder too
         from hybrid_lab.core import sandbox
         env = sandbox.wrap([], cwd, env=env)[1]
-    seen = 0
     kernel = contextlib.ExitStack()
     log_path = Path(cwd) / "kernel.log"  # the kernel process's own messages, not the student's terminal
     log = kernel.enter_context(open(log_path, "w"))
@@ -586,10 +583,8 @@ def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False):
             err = errors.get(i)
             if err is None:
                 err = next((o for o in cell.outputs if o.output_type == "error"), None)
-            records = read_log(log_file)
             run = CellRun(list(cell.outputs),
-                          None if err is None else (err.get("ename", "Error"), err.get("evalue", "")), records[seen:])
-            seen = len(records)
+                          None if err is None else (err.get("ename", "Error"), err.get("evalue", "")))
             if i == setup:
                 if run.error:
                     raise CourseError(f"the grader could not prepare its kernel ({run.error[0]}: {run.error[1]}); "

@@ -28,7 +28,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -256,7 +255,3 @@ def verdict(ex_id: str, cells: list, seed: int, scratch, cache, hidden: dict | N
     v = framework.judge(ex, cell.get("name") or ex.function, cases, outcomes, wants, seed)
     return dict(status=v.status, message=v.message, details=list(v.details), stderr=stderr)
 
-
-def new_cache() -> str:
-    """A folder for the stripped packages of one grading run (the grader removes it at exit)."""
-    return tempfile.mkdtemp(prefix="hybrid_lab_answers_removed_")

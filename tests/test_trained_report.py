@@ -39,7 +39,22 @@ def test_why_hybrids_rows_decide_from_the_per_seed_accuracies():
     hyb, ssm = (report.per_seed(RES, "mqar", m, "pairs=32") for m in ("mamba2_hybrid", "mamba2"))
     want = stats.compare(hyb, ssm, "better", level=report.LEVEL, chance=1 / 32)["verdict"]
     assert rows["pure SSMs lag on recall"][2].startswith(want)
-    assert rows["a larger state recovers recall"][2].startswith(stats.UNTESTABLE)      # one state size trained
+    # the state sizes are compared among the seeds that learned 2 pairs (>= 5 of them each)
+    learned = {m: [v for v, w in zip(report.per_seed(RES, "mqar", m, "pairs=32"),
+                                     report.per_seed(RES, "mqar", m, "pairs=2")) if w >= report.LEVEL]
+               for m in ("mamba2", "mamba2_N64")}
+    want = stats.compare(learned["mamba2_N64"], learned["mamba2"], "better", level=report.LEVEL, chance=1 / 32,
+                         min_seeds=5)["verdict"]
+    assert rows["a larger state recovers recall"][2].startswith(want)
+    loc, dense = (report.per_seed(RES, "mqar", m, "pairs=32") for m in ("dense_local", "dense"))
+    want = stats.compare(loc, dense, "better", level=report.LEVEL, chance=1 / 32)["verdict"]
+    assert rows["attention learns MQAR given a previous-token path"][2].startswith(want)
+    # with one state size and no dense_local, those rows say why they cannot be decided
+    one = {**RES, "mqar": {**RES["mqar"], "models": {m: v for m, v in RES["mqar"]["models"].items()
+                                                      if m in ("mamba2", "mamba2_hybrid", "dense")}}}
+    rows1 = {r[0]: r for r in report.why_hybrids_rows(one)}
+    assert rows1["a larger state recovers recall"][2].startswith(stats.UNTESTABLE)
+    assert "attention learns MQAR given a previous-token path" not in rows1
     assert all(r[2].split(":")[0] in ("reproduced", "not reproduced", "untestable here") or
                r[2].startswith("reproduced") for r in rows.values())
 

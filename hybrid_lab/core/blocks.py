@@ -3,7 +3,8 @@ grouped-query attention under an explicit mask, weight initialisation. Pure nump
 
 Checks are cheap on purpose (these functions run inside the models' hot loops): scalar parameters (eps, scale,
 base, rot_dims, sink), dtypes (real numbers; RoPE's x a float array) and the shapes that must agree raise a
-``ValueError`` naming the argument. Activation VALUES are not scanned: NaN in -> NaN out. A NaN in x, q, k, v or
+``ValueError`` naming the argument. float16 inputs are computed in float32 (other float dtypes in their own).
+Activation VALUES are not scanned: NaN in -> NaN out. A NaN in x, q, k, v or
 the logits reaches every output it touches (an elementwise op: that element; a norm or a softmax: its whole row),
 never a finite number. ±inf follows IEEE arithmetic: an activation gives its exact limit (sigmoid(-inf) = 0) or
 NaN (silu(-inf) = -inf/inf), a -inf logit is a masked position and a +inf logit makes its row NaN. The callers
@@ -20,9 +21,25 @@ __all__ = ["rms_norm", "layer_norm", "silu", "sigmoid", "softplus", "apply_rope"
            "init_weight", "attn_weights", "mlp_weights"]
 
 
+def _floats(name, a, ndim=None, shape_doc="", kinds="fiu"):
+    """checks.array, float16 widened to float32: every block computes in at least float32 (as the ops' contracts
+    say), so a float16 input is rounded once, at the door, not at every step."""
+    a = checks.array(name, a, ndim, shape_doc, kinds)
+    return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+def _rows(name, a):
+    """An array (..., D) with D >= 1, reduced over its last axis (a norm or a softmax), float16 widened."""
+    a = _floats(name, a)
+    if a.ndim < 1 or a.shape[-1] == 0:
+        raise ValueError(f"{name} must be an array (..., D) with D >= 1 (reduced over its last axis), got shape "
+                         f"{a.shape}")
+    return a
+
+
 def layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
-    """Weightless LayerNorm over the last axis. x: (..., D)."""
-    x = checks.array("x", x)
+    """Weightless LayerNorm over the last axis. x: (..., D), D >= 1."""
+    x = _rows("x", x)
     checks.positive_number("eps", eps)           # checked, used as given (its type sets the result's precision)
     mu = x.mean(axis=-1, keepdims=True)
     var = x.var(axis=-1, keepdims=True)
@@ -31,7 +48,7 @@ def layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
 
 def softplus(z):
     """log(1 + e^z), computed without overflow."""
-    z = checks.array("z", z)
+    z = _floats("z", z)
     return np.logaddexp(0.0, z)
 
 
@@ -41,7 +58,7 @@ def softmax_with_sink(logits, sink=None):
     sink: optional finite logit broadcastable to ``logits[..., :1]``: it adds ``exp(sink)`` to the denominator (a
     slot that absorbs probability mass), so a row then sums to < 1. A NaN or +inf logit makes its whole row NaN.
     """
-    logits = checks.array("logits", logits)
+    logits = _rows("logits", logits)
     m = logits.max(axis=-1, keepdims=True)
     if sink is not None:
         sink = _sink(sink, m.shape, "logits[..., :1]")
@@ -69,19 +86,19 @@ def _sink(sink, shape, shape_doc):
 
 
 def rms_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """Weightless RMSNorm over the last axis. x: (..., D)."""
-    x = checks.array("x", x)
+    """Weightless RMSNorm over the last axis. x: (..., D), D >= 1."""
+    x = _rows("x", x)
     checks.positive_number("eps", eps)
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    x = checks.array("x", x)
+    x = _floats("x", x)
     return x / (1.0 + np.exp(-x))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    x = checks.array("x", x)
+    x = _floats("x", x)
     return 1.0 / (1.0 + np.exp(-x))
 
 
@@ -91,7 +108,7 @@ def apply_rope(x: np.ndarray, pos: np.ndarray, rot_dims: int, base: float = 1000
     x: (T, H, d) float; pos: (T,) absolute positions (integers >= 0). ``rot_dims`` must be even and <= d
     (0 = NoPE); base > 0.
     """
-    x = checks.array("x", x, 3, "(T, H, d)", kinds="f")       # float: the rotation is written back into a copy
+    x = _floats("x", x, 3, "(T, H, d)", kinds="f")       # float: the rotation is written back into a copy
     T, _, d = x.shape
     rot_dims = checks.nonneg_int("rot_dims", rot_dims)
     if rot_dims % 2 or rot_dims > d:
@@ -116,8 +133,8 @@ def apply_rope(x: np.ndarray, pos: np.ndarray, rot_dims: int, base: float = 1000
 
 def _check_attention(q, k, mask, scale, sink):
     """The shapes of one sequence's grouped-query attention: q (T, Hq, d), k (S, Hkv, d), mask (T, S) bool."""
-    q = checks.array("q", q, 3, "(T, Hq, d)")
-    k = checks.array("k", k, 3, "(S, Hkv, d)")
+    q = _floats("q", q, 3, "(T, Hq, d)")
+    k = _floats("k", k, 3, "(S, Hkv, d)")
     T, Hq, d = q.shape
     S, Hkv = k.shape[:2]
     if k.shape[2] != d:
@@ -151,7 +168,7 @@ def masked_attention(q, k, v, mask, scale, sink=None):
     q: (T, Hq, d); k: (S, Hkv, d); v: (S, Hkv, dv); mask: (T, S) bool. Returns (o: (T, Hq, dv), p: (T, Hq, S)).
     """
     q, k, mask, scale, sink = _check_attention(q, k, mask, scale, sink)
-    v = checks.array("v", v, 3, "(S, Hkv, dv)")
+    v = _floats("v", v, 3, "(S, Hkv, dv)")
     if v.shape[:2] != k.shape[:2]:
         raise ValueError(f"v must be (S, Hkv, dv) with the (S, Hkv) = {k.shape[:2]} of k, got shape {v.shape}")
     p = _probs(q, k, mask, scale, sink)
@@ -196,6 +213,7 @@ def attn_weights(rng, prefix, D, Hq, Hkv, dk, dv, dtype, kv=True, gate=False, si
     [wg (D, Hq·dv)], [sink (Hq,)]. Sizes are integers >= 1, Hq a multiple of Hkv."""
     D, dk, dv = (checks.pos_int(n, v) for n, v in (("D", D), ("dk", dk), ("dv", dv)))
     checks.heads(Hq, Hkv, "Hq", "Hkv")
+    checks.output_size("D, Hq, dk or dv (a projection D x Hq·dk or Hq·dv x D)", (D, int(Hq) * max(dk, dv)))
     dtype = _float_dtype(dtype)
     w = {prefix + "wq": init_weight(rng, (D, Hq * dk), D, dtype),
          prefix + "wo": init_weight(rng, (Hq * dv, D), Hq * dv, dtype)}

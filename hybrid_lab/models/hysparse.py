@@ -47,10 +47,13 @@ def block_scores(probs: np.ndarray, block_size: int, n_kv_heads: int = 1) -> np.
     """
     block_size = checks.pos_int("block_size", block_size)
     probs = checks.finite_array("probs", probs, 3, "(T, Hq, S)")
+    if probs.dtype == np.float16:                     # summed in float32 at least, like every op
+        probs = probs.astype(np.float32)
     T, Hq, S = probs.shape
     checks.heads(Hq, n_kv_heads, "probs' query heads Hq", "n_kv_heads")
     if (probs < 0).any():
         raise ValueError(f"probs must be >= 0 (attention probabilities), got min {probs.min():.6g}")
+    block_size = min(block_size, max(S, 1))           # one block holds everything: no padding past S
     nb = -(-S // block_size)
     pad = np.zeros((T, Hq, nb * block_size - S), probs.dtype)
     per_head = np.concatenate([probs, pad], axis=-1).reshape(T, Hq, nb, block_size).sum(-1)
@@ -70,6 +73,7 @@ def select_blocks(scores: np.ndarray, q_pos: np.ndarray, block_size: int, n_bloc
     if q_pos.shape != (T,) or nb == 0:
         raise ValueError(f"q_pos must have shape (T={T},) and scores at least one block, got q_pos {q_pos.shape}, "
                          f"scores {scores.shape}")
+    checks.output_size("n_blocks", (T, scores.shape[1], n_blocks))
     visible = (np.arange(nb)[None, :] * block_size) <= q_pos[:, None]   # (T, nb)
     return topk_indices(np.where(visible[:, None, :], scores, -np.inf), n_blocks)
 
@@ -85,9 +89,13 @@ def blocks_to_tokens(block_idx: np.ndarray, block_size: int, q_pos: np.ndarray) 
     q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0)
     if q_pos.shape != block_idx.shape[:1]:
         raise ValueError(f"q_pos must have shape (T={block_idx.shape[0]},), got {q_pos.shape}")
-    tok = block_idx[..., None] * block_size + np.arange(block_size)          # (T, Hkv, nb_sel, bs)
-    ok = (block_idx[..., None] >= 0) & (tok <= q_pos[:, None, None, None])
-    return np.where(ok, tok, -1).reshape(block_idx.shape[:-1] + (-1,)).astype(np.int64)
+    checks.output_size("block_size", block_idx.shape + (block_size,))
+    # a block that starts after q_pos covers nothing; dropping it before the multiply keeps ids near 2**63 from
+    # overflowing into small (wrong) positions
+    live = (block_idx >= 0) & (block_idx <= (q_pos // block_size)[:, None, None])
+    tok = np.where(live, block_idx, 0)[..., None] * block_size + np.arange(block_size)   # (T, Hkv, nb_sel, bs)
+    ok = live[..., None] & (tok <= q_pos[:, None, None, None])
+    return np.where(ok, tok, -1).reshape(block_idx.shape[:-1] + (block_idx.shape[-1] * block_size,)).astype(np.int64)
 
 
 def gated_fusion(o_sparse, o_local, g_sparse, g_local):
@@ -289,6 +297,8 @@ def drifting_attention_stack(L: int, n_layers: int, d: int = 16, drift: float = 
     checks.number_in("drift", drift, 0.0, np.pi / 2)
     checks.nonneg_int("seed", seed)
     checks.positive_number("temperature", temperature)
+    checks.output_size("L, n_layers", (n_layers, L))
+    checks.output_size("L, d", (L, d))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((L, d))
     qx = rng.standard_normal(d)

@@ -302,17 +302,23 @@ class HySparse2Cache:
 
 # ------------------------------------------------------------------------------------------- analysis helpers
 def captured_mass(score: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Share of the FA's score mass on an index set. score: (..., S) (e.g. probabilities); idx: (..., K) -1 padded.
+    """Share of the FA's score mass on an index set. score: (..., S) (e.g. probabilities), every row with some
+    mass; idx: (..., K) -1 padded, no position twice in a row (it would be counted twice).
     Returns (...) = Σ_{s∈idx} score_s / Σ_s score_s."""
     score = checks.finite_array("score", score).astype(np.float64)
     if score.ndim < 1 or (score < 0).any():
         raise ValueError(f"score must be an array (..., S) of non-negative scores, got shape {score.shape}, "
                          f"min {score.min() if score.size else None}")
-    idx = checks.int_array("idx", idx, lo=-1, hi=score.shape[-1])
+    idx = checks.index_sets("idx", idx, score.shape[-1])
     if score.shape[:-1] != idx.shape[:-1]:
         raise ValueError(f"score (..., S) and idx (..., K) must share leading axes, got {score.shape} and {idx.shape}")
+    total = score.sum(-1)
+    if (total == 0).any():
+        row = tuple(int(i) for i in np.argwhere(total == 0)[0])
+        raise ValueError(f"score must have some mass in every row (the share of nothing is undefined), got an "
+                         f"all-zero row at {row}")
     picked = np.where(idx >= 0, np.take_along_axis(score, np.maximum(idx, 0), axis=-1), 0.0).sum(-1)
-    return picked / score.sum(-1)
+    return picked / total
 
 
 def replay_tail(depth: int, width: int) -> int:
@@ -501,6 +507,8 @@ class HySparse2:
             return forced_window_select(score, q_pos, cfg.window, cfg.topk)
         score = checks.finite_array("score", score, 3, "(T, Hkv, S)")
         T, Hkv, S = score.shape
+        if Hkv == 0:
+            raise ValueError(f"score must have at least one KV group (axis 1 of (T, Hkv, S)), got shape {score.shape}")
         if (score < 0).any():
             raise ValueError(f"score must be >= 0 (attention probabilities), got min {score.min():.6g}")
         q_pos = checks.query_positions(q_pos, T, S)
@@ -689,6 +697,7 @@ class HySparse2:
     def generate(self, prompt, n_new: int, early_exit: bool = True):
         """Greedy generation: prefill then ``n_new - 1`` decode steps. Returns (tokens (n_new,), cache)."""
         checks.pos_int("n_new", n_new)
+        checks.output_size("n_new", (n_new,))
         logits, cache = self.prefill(checks.tokens("prompt", prompt, self.cfg.vocab), early_exit=early_exit)
         out = [int(np.argmax(logits[-1]))]
         for _ in range(n_new - 1):

@@ -361,37 +361,69 @@ def _row(res, exp, model, setting):
 def why_hybrids_rows(res: dict, setting: str = "pairs=32") -> list:
     """Lecture §3's claims on MQAR, each as [claim, ours, verdict, reported], decided by :func:`stats.compare` on the
     per-seed accuracies at ``setting`` (chance: 1 / pairs). res: results with the "mqar" experiment's mamba2,
-    mamba2_hybrid and dense models (the state-size models mamba2_N<N> where trained)."""
+    mamba2_hybrid and dense models; where trained, also dense_local (attention with a local first layer: the
+    attention baseline that learns) and the state-size models mamba2_N<N> (rows about a missing model say
+    "untestable here: not trained")."""
     for m in ("mamba2", "mamba2_hybrid", "dense"):
         _setting_of(res, "mqar", m, "setting", setting)
+    have = _models(res, "mqar")
     ssm, hyb, dense = (per_seed(res, "mqar", m, setting) for m in ("mamba2", "mamba2_hybrid", "dense"))
     small = _smallest(res)
-    learned = {m: [v >= LEVEL for v in per_seed(res, "mqar", m, small)] for m in ("mamba2", "mamba2_hybrid")}
     c = mqar_chance(setting)
+
+    def learners(m):
+        """the model's accuracies at ``setting`` among the seeds that learned the smallest pair count"""
+        return [v for v, w in zip(per_seed(res, "mqar", m, setting), per_seed(res, "mqar", m, small)) if w >= LEVEL]
 
     def cmp(a, b, expect, **kw):
         r = stats.compare(a, b, expect, level=LEVEL, chance=c, **kw)
         return r["verdict"] + (f" (p = {r['p']:.3f})" if expect == "better" and "p =" not in r["verdict"]
                                and not r["verdict"].startswith(stats.UNTESTABLE) else "")
 
-    ssm_l = [v for v, w in zip(ssm, learned["mamba2"]) if w]
-    hyb_l = [v for v, w in zip(hyb, learned["mamba2_hybrid"]) if w]
-    states = sorted(_state(m) for m in _models(res, "mqar") if m == "mamba2" or m.startswith("mamba2_N"))
+    def share(m):
+        k = sum(v >= LEVEL for v in per_seed(res, "mqar", m, small))
+        return f"{k}/{len(per_seed(res, 'mqar', m, small))}"
+
+    ssm_l, hyb_l = learners("mamba2"), learners("mamba2_hybrid")
     rows = [
         ["pure SSMs lag on recall", f"{setting}: hybrid {_mean(hyb)} vs pure Mamba-2 {_mean(ssm)} "
          f"({len(hyb)} vs {len(ssm)} seeds, chance {c:.3f})", cmp(hyb, ssm, "better"),
-         "lecture §3: pure SSMs still lag on strong recall / in-context retrieval"],
-        ["hybrids match attention", f"{setting}: hybrid (1 attention in 4) {_mean(hyb)} vs dense {_mean(dense)}",
-         cmp(hyb, dense, "same"), "lecture §3 (Marconi §2.1): hybrids match or beat Transformers"],
-        ["among seeds that learned, the fixed state loses recall as pairs grow",
-         f"{setting}, seeds that learned {small} (>= {LEVEL}): hybrid {_mean(hyb_l)} ({len(hyb_l)} seeds) vs pure "
-         f"Mamba-2 {_mean(ssm_l)} ({len(ssm_l)} seeds)",
-         cmp(hyb_l, ssm_l, "better", min_seeds=5) if hyb_l and ssm_l else "untestable here: no seed learned",
-         "lecture §3: the whole history is squeezed into a fixed-size state, so recall is lossy"],
-        ["a larger state recovers recall", "state sizes trained: N = " + ", ".join(map(str, states)),
-         "untestable here: one state size trained" if len(states) < 2 else
-         "see recovery_state()", "lecture §3: recall is bounded by the state size"],
-    ]
+         "lecture §3: pure SSMs still lag on strong recall / in-context retrieval"]]
+    if "dense_local" in have:
+        _setting_of(res, "mqar", "dense_local", "setting", setting)
+        loc = per_seed(res, "mqar", "dense_local", setting)
+        rows += [
+            ["attention learns MQAR given a previous-token path",
+             f"{setting}: local first layer {_mean(loc)} vs dense {_mean(dense)}; seeds that learned {small}: "
+             f"{share('dense_local')} vs {share('dense')}", cmp(loc, dense, "better"),
+             "no paper number: the mechanism the probe below measures (a head that reads position t - 1)"],
+            ["hybrids match attention", f"{setting}: hybrid (1 attention in 4) {_mean(hyb)} vs attention with a local "
+             f"first layer {_mean(loc)}", cmp(hyb, loc, "same"),
+             "lecture §3 (Marconi §2.1): hybrids match or beat Transformers"]]
+    else:
+        rows.append(["hybrids match attention", f"{setting}: hybrid (1 attention in 4) {_mean(hyb)} vs dense "
+                     f"{_mean(dense)}", cmp(hyb, dense, "same"),
+                     "lecture §3 (Marconi §2.1): hybrids match or beat Transformers"])
+    rows.append(["among seeds that learned, the fixed state loses recall as pairs grow",
+                 f"{setting}, seeds that learned {small} (>= {LEVEL}): hybrid {_mean(hyb_l)} ({len(hyb_l)} seeds) vs "
+                 f"pure Mamba-2 {_mean(ssm_l)} ({len(ssm_l)} seeds)",
+                 cmp(hyb_l, ssm_l, "better", min_seeds=5) if hyb_l and ssm_l else "untestable here: no seed learned",
+                 "lecture §3: the whole history is squeezed into a fixed-size state, so recall is lossy"])
+    states = sorted((_state(m), m) for m in have if m == "mamba2" or m.startswith("mamba2_N"))
+    if len(states) < 2:
+        rows.append(["a larger state recovers recall", "state sizes trained: N = " +
+                     ", ".join(str(n) for n, _ in states), "untestable here: not trained (one state size)",
+                     "lecture §3: recall is bounded by the state size"])
+    else:
+        (n0, m0), (n1, m1) = states[0], states[-1]
+        lo, hi = learners(m0), learners(m1)
+        rows.append(["a larger state recovers recall",
+                     f"{setting}, seeds that learned {small}: " + ", ".join(
+                         f"N={n} {_mean(learners(m))} ({len(learners(m))} seeds)" for n, m in states)
+                     + f"; all seeds: " + ", ".join(f"N={n} {_mean(per_seed(res, 'mqar', m, setting))}"
+                                                    for n, m in states),
+                     (cmp(hi, lo, "better", min_seeds=5) if lo and hi else "untestable here: no seed learned")
+                     + f" (N={n1} vs N={n0}, learners)", "lecture §3: recall is bounded by the state size"])
     return rows
 
 

@@ -84,3 +84,12 @@ NAN = float("nan")
 def test_bad_inputs(call, msg):
     with pytest.raises(ValueError, match=msg):
         call()
+
+
+@pytest.mark.parametrize("call, name", [(lambda: check_bounds(n=2 ** 62), "n"),
+                                        (lambda: random_instance(np.random.default_rng(0), S=2 ** 62), "S or dv"),
+                                        (lambda: random_instance(np.random.default_rng(0), dv=2 ** 62), "S or dv"),
+                                        (lambda: tight_instance(0.1, S=2 ** 62), "S")])
+def test_huge_sizes_are_refused_by_name(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} .*more than {2 ** 40} \(2\*\*40\)"):
+        call()

@@ -139,3 +139,9 @@ def test_documented_edge_cases(model):
     logits, c2, snaps = model.prefill(np.array([], int), cache=c)   # an empty prefill returns the cache unchanged
     assert logits.shape == (0, 64) and c2.pos == 5 and snaps == {}
     assert all(np.array_equal(a, b) for a, b in zip(c.ssm, c2.ssm))
+
+
+def test_generate_refuses_a_huge_n_new_by_name(model):
+    with pytest.raises(ValueError, match=rf"^n_new .*more than {2 ** 40}"):     # not a 2**62-step loop
+        model.generate(np.arange(3), 2 ** 62)
+    assert model.generate(np.arange(3), 0) == []

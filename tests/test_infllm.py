@@ -233,3 +233,18 @@ def test_top0_selection_and_inconsistent_grids_are_refused():
         infllm_v2_select(q[..., :7], k, topk=1)
     # S = 193 (Nc = 11): the last block has no full compression window yet, so it pools nothing (-inf)
     np.testing.assert_array_equal(pool_to_blocks(np.zeros((2, 11)), 4), [[0, 0, 0, -np.inf]] * 2)
+
+
+def test_fewer_tokens_than_one_window_select_init_and_local_only():
+    # S < window: no compressed key yet (Nc = 0), so no score: group_scores gives an empty grid (it used to reach a
+    # softmax over nothing) and the selection is the init and local blocks, -1 padded (decided in issue 29)
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((1, 2, 2, 4)), rng.standard_normal((1, 20, 1, 4))
+    q_pos = np.array([18, 19])
+    sc = group_scores(q, compress_keys(k), q_pos, S=20)
+    assert sc.shape == (1, 2, 1, 0) and sc.dtype == np.float64
+    idx, bs, sc2 = infllm_v2_select(q, k, 1, 8, q_pos=q_pos, n_local=1)
+    np.testing.assert_array_equal(idx[0, :, 0], [[0, 2, -1], [0, 2, -1]])
+    assert np.isneginf(bs).all() and sc2.shape == (1, 2, 1, 0)
+    idx_huge, _, _ = infllm_v2_select(q, k, 1, 8, window=2 ** 62, q_pos=q_pos, n_local=1)   # same: Nc = 0
+    np.testing.assert_array_equal(idx_huge, idx)

@@ -276,3 +276,20 @@ def test_train_indexer_is_loss_and_grads_then_optimizer_step(optimizer, clip):
         optimizer_step(b.params, grads, 0.05, clip=clip, opt=opt)
     for name in a.params:
         np.testing.assert_array_equal(a.params[name], b.params[name])
+
+
+def test_repeated_indices_are_refused_not_counted_as_a_smaller_set():
+    # a repeated true position would count its hit twice, a repeated prediction or selection stands for fewer than K
+    # positions: refused (issue 29, round 2); -1 slots may repeat
+    assert topk_recall(np.array([[0, 1, -1, -1]]), np.array([[0, 2, -1]])) == 0.5
+    with pytest.raises(ValueError, match="pred_idx must not repeat a position.*got 1 twice"):
+        topk_recall(np.array([[1, 1, 3]]), np.array([[0, 1]]))
+    with pytest.raises(ValueError, match="true_idx must not repeat a position.*got 0 twice"):
+        topk_recall(np.array([[0, 1, 3]]), np.array([[0, 0]]))
+    with pytest.raises(ValueError, match="true_idx has no valid"):       # empty index sets: no row to average over
+        topk_recall(np.zeros((0, 0), np.int64), np.zeros((0, 0), np.int64))
+    I, p = np.zeros((2, 4)), np.full((2, 4), 0.25)
+    loss, _ = sparse_kl_loss(I, p, np.array([[0, 1, -1], [2, 3, -1]]))
+    assert loss == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="idx must not repeat a position.*got 3 twice in row"):
+        sparse_kl_loss(I, p, np.array([[0, 1, -1], [3, 3, -1]]))

@@ -206,3 +206,26 @@ def test_accuracy_text_prints_the_reported_tables_and_the_differences():
     for rows in sim.PAPER_ACCURACY["table1"].values():      # Avg is the mean of the four families
         for vals in rows.values():
             assert abs(sum(vals[:4]) / 4 - vals[4]) < 0.06
+
+
+def test_new_blocks_refuses_a_repeated_selection_and_accepts_a_repeated_resident_block():
+    # decided (issue 29, round 2): a selection lists a block once, a repeat is a bug upstream and is refused; what
+    # is resident is a set, often the union of overlapping caches, so a repeat there means the same as one
+    with pytest.raises(ValueError, match="selected must not repeat a block id.*got 5 twice"):
+        sim.new_blocks([0, 5, 5], [1])
+    np.testing.assert_array_equal(sim.new_blocks([0, 5, -1, -1], [1, 1, 5, 5]), [0])      # -1 slots may repeat
+    with pytest.raises(ValueError, match=r"trace\[1\] must not repeat a block id.*got 2 twice"):
+        sim.replay_trace([np.array([1, 2]), np.array([2, 2])])
+    # always_resident overlapping a step's selection (the previous step's blocks + the resident ones) is fine
+    np.testing.assert_array_equal(sim.replay_trace([np.array([0, 1]), np.array([0, 2])], always_resident=[0, 0]),
+                                  [1, 1])
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: sim.synthetic_trace(2 ** 62, 4, 3, 0.25), "n_candidates"),
+    (lambda: sim.synthetic_trace(100, 4, 2 ** 62, 0.25), "steps"),
+    (lambda: sim.layer_timeline(sim.H100, sim.MINICPM_8B, 8, 32768, n_layers=2 ** 62), "n_layers"),
+])
+def test_huge_sizes_are_refused_by_name(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} .*more than {2 ** 40} \(2\*\*40\)"):
+        call()

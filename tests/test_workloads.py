@@ -184,3 +184,19 @@ BAD_INPUT = [
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("fn, kw, name", [
+    (chat_trace, dict(n_sessions=2 ** 62), "n_sessions"),
+    (chat_trace, dict(system_prompt_len=2 ** 62), "system_prompt_len"),
+    (agent_trace, dict(n_requests=2 ** 62), "n_requests"),
+    (agent_trace, dict(system_prompt_len=2 ** 62), "system_prompt_len"),
+    (shared_prefix_trace, dict(n_requests=2 ** 62), "n_requests"),
+    (shared_prefix_trace, dict(n_docs=2 ** 62), "n_docs"),
+    (regeneration_trace, dict(samples=2 ** 62), "n_prompts or samples"),
+    (regeneration_trace, dict(prompt_median=2 ** 62), "prompt_median"),
+    (exercise3_trace, dict(len_d=2 ** 62), "len_d"),
+])
+def test_huge_counts_are_refused_by_name_not_looped(fn, kw, name):
+    with pytest.raises(ValueError, match=rf"^{name} .*more than {2 ** 40} \(2\*\*40\)"):
+        fn(**kw)

@@ -116,6 +116,7 @@ def random_instance(rng: np.random.Generator, S: int = 64, k: int = 8, dv: int =
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}")
     S, dv = checks.pos_int("S", S), checks.pos_int("dv", dv)
+    checks.output_size("S or dv (the values v are S x dv)", (S, dv))
     k = checks.int_in("k", k, 1, S + 1)
     peak, drift = checks.positive_number("peak", peak), checks.nonneg_number("drift", drift)
     a = peak * rng.standard_normal(S)
@@ -135,6 +136,7 @@ def check_bounds(n: int = 1000, seed: int = 0, **kw) -> dict:
     'violations_sparse' and 'violations_reuse' (counts, expected 0).
     """
     n, seed = checks.pos_int("n", n), checks.nonneg_int("seed", seed)
+    checks.output_size("n (one entry per instance in each returned array)", (n,))
     rng = np.random.default_rng(seed)
     cols = {c: np.empty(n) for c in ("eps", "delta", "err_sparse", "bound_sparse", "err_reuse", "bound_reuse")}
     for i in range(n):
@@ -161,6 +163,7 @@ def tight_instance(eps: float, V: float = 1.0, S: int = 8, k: int = 4):
     if not 0 <= eps < 1:
         raise ValueError(f"eps must lie in [0, 1), got {eps!r}")
     V, S = checks.positive_number("V", V), checks.pos_int("S", S, 2)
+    checks.output_size("S (p is (S,), v is (S, 2))", (S, 2))
     k = checks.int_in("k", k, 1, S)
     p = np.concatenate([np.full(k, (1 - eps) / k), np.full(S - k, eps / (S - k))])
     keep = np.arange(S) < k

@@ -89,8 +89,8 @@ def _window(name, wd):
     return w, s
 
 
-def _scale(scale, d):
-    d = checks.pos_int("the head width d", d)
+def _scale(scale, d, name="the head width d"):
+    d = checks.pos_int(name, d)
     return d ** -0.5 if scale is None else checks.positive_number("scale", scale)
 
 
@@ -216,6 +216,7 @@ def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
     if scores_f.ndim < 1:
         raise ValueError("scores_f must be an array (..., Nf), got a scalar")
     Nc = checks.nonneg_int("Nc", Nc)
+    checks.output_size("Nc (the result is (..., Nc))", scores_f.shape[:-1] + (Nc,))
     Nf = scores_f.shape[-1]
     j = np.arange(Nc)
     lo = -(-(j * sc) // sf)
@@ -267,7 +268,7 @@ def forecast_logits(x_src, W, kc, scale=None):
     kc = checks.finite_array("kc", kc, 4, "(B, Nc, Hkv, d)")
     if W.shape[0] != x_src.shape[2] or W.shape[1:] != kc.shape[2:] or kc.shape[0] != x_src.shape[0]:
         raise ValueError(f"shapes disagree: x_src {x_src.shape}, W {W.shape} (D, Hkv, d), kc {kc.shape} (B, Nc, Hkv, d)")
-    scale = _scale(scale, W.shape[2])
+    scale = _scale(scale, W.shape[2], "W's head width d (axis 2 of W (D, Hkv, d))")
     # plain einsum (no BLAS): these matrices are tiny and threaded BLAS thrashes on a busy 2-core machine
     f = np.einsum("btD,Dgd->btgd", x_src, W)
     return np.einsum("btgd,bngd->btgn", f, kc) * scale
@@ -312,6 +313,10 @@ class SyntheticModel:
         checks.finite_number("diffuse_logit", diffuse_logit)
         checks.nonneg_number("noise", noise)
         checks.nonneg_number("key_noise", key_noise)
+        checks.output_size("n_layers, D, Hkv, G or d (the query maps are n_layers x D x Hkv·G x d)",
+                           (n_layers, D, Hkv, G, d))
+        checks.output_size("n_layers or D (the rotations R are n_layers x D x D)", (n_layers, D, D))
+        checks.output_size("Hkv or d (the key bases are Hkv x d x d)", (Hkv, d, d))
         if d < 2 * n_topics:
             raise ValueError(f"d={d} must be >= 2·n_topics={2 * n_topics} (one sharp and one diffuse direction per topic)")
         if D < n_topics:
@@ -352,6 +357,10 @@ class SyntheticModel:
         n_needles = checks.pos_int("n_needles", n_needles)
         span, first = checks.pos_int("span", span), checks.nonneg_int("first", first)
         checks.nonneg_int("seed", seed)
+        checks.output_size("n_seq or T (the queries of all layers are n_layers x n_seq x T x Hkv·G x d)",
+                           (self.n_layers, n_seq, T, self.Hkv * self.G, self.d))
+        checks.output_size("n_seq or T (the inputs of all layers are n_layers x n_seq x T x D)",
+                           (self.n_layers, n_seq, T, self.D))
         if T - first < self.n_topics * n_needles:
             raise ValueError(f"T={T} leaves {T - first} tokens after first={first}, fewer than the "
                              f"n_topics·n_needles={self.n_topics * n_needles} distinct needles to place")
@@ -465,6 +474,7 @@ def train_forecast(model: SyntheticModel, setup: TrainSetup, steps: int = 150, l
     Returns (params, history) with history["loss"] per step.
     """
     steps = checks.pos_int("steps", steps)
+    checks.output_size("steps (one loss per step in the history)", (steps,))
     lr, max_norm = checks.positive_number("lr", lr), checks.positive_number("max_norm", max_norm)
     weight_decay = checks.nonneg_number("weight_decay", weight_decay)
     params = init_params(model, seed)
@@ -510,6 +520,8 @@ def oracle_blocks(q, k, q_pos, topk: int, block_size=64, n_init=1, n_local=2):
     S, Hkv = k.shape[1], k.shape[2]
     q_pos = checks.query_positions(q_pos, T, S)
     block_size = checks.pos_int("block_size", block_size)
+    checks.output_size("block_size (the mass is padded to whole blocks: B x T x Hkv x n_blocks·block_size)",
+                       (B, T, Hkv, n_blocks(S, block_size) * block_size))
     p = attention_probs(q, k, q_pos=q_pos).reshape(B, T, Hkv, Hq // Hkv, S).sum(axis=3)   # (B, T, Hkv, S)
     Nb = n_blocks(S, block_size)
     pad = Nb * block_size - S
@@ -537,7 +549,12 @@ def evaluate_selectors(data: SyntheticData, heads: dict, q_pos, topk: int = 2, b
         raise ValueError(f"data must be a SyntheticData (SyntheticModel.sample), got {type(data).__name__}")
     S = data.K[0].shape[1]
     q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0, hi=S)
+    if q_pos.size == 0:
+        raise ValueError("q_pos must hold at least one query position (the recall of no query is 0/0), got an "
+                         "empty array")
     block_size = checks.pos_int("block_size", block_size)
+    checks.output_size("block_size (the oracle pads each sequence to whole blocks)",
+                       (n_blocks(S, block_size) * block_size,))
     topk = checks.pos_int("topk", topk)                   # recall of zero dynamic blocks would be 0/0
     if not isinstance(heads, dict):
         raise ValueError(f"heads must be a dict {{name: params}}, got {type(heads).__name__}")
@@ -595,6 +612,9 @@ def teacher_needle_hits(model: SyntheticModel, data: SyntheticData, layer: int, 
     seq = checks.int_in("seq", seq, 0, data.K[layer].shape[0])
     S = data.K[layer].shape[1]
     q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0, hi=S)
+    if q_pos.size == 0:
+        raise ValueError("q_pos must hold at least one query position (the fraction of no query is 0/0), got an "
+                         "empty array")
     q = data.Q[layer][seq:seq + 1, q_pos]
     Nc = (S - COARSE[0]) // COARSE[1] + 1
     mask = candidate_mask(q_pos, Nc)

@@ -243,8 +243,10 @@ class MiniHybrid:
         return rms_norm(x) * self.g_out @ self.emb.T, new, saved
 
     def generate(self, tokens, n_new: int):
-        """Greedy generation: prefill then ``n_new`` decode steps. Returns the new token ids."""
+        """Greedy generation: prefill then ``n_new`` decode steps. Returns the new token ids (a list of n_new);
+        n_new past ``checks.MAX_ELEMENTS`` (2**40) is refused by name, not run as an endless loop."""
         n_new = checks.nonneg_int("n_new", n_new)
+        checks.output_size("n_new (one token per decode step)", (n_new,))
         if self._tokens(tokens).size == 0:
             raise ValueError("tokens must hold at least one token to generate from, got an empty prompt")
         logits, cache, _ = self.prefill(tokens)

@@ -72,7 +72,9 @@ def compress_keys(k: np.ndarray, window: int = 32, stride: int = 16) -> np.ndarr
 def compressed_spans(Nc: int, window: int = 32, stride: int = 16):
     """Token span [start, end) summarized by each compressed position: two (Nc,) int arrays."""
     window, stride = _check_window(window, stride)
-    starts = np.arange(checks.nonneg_int("Nc", Nc), dtype=np.int64) * stride
+    Nc = checks.nonneg_int("Nc", Nc)
+    checks.output_size("Nc", (Nc,))
+    starts = np.arange(Nc, dtype=np.int64) * stride
     return starts, starts + window
 
 
@@ -80,6 +82,7 @@ def compressed_visible(q_pos, Nc: int, window: int = 32, stride: int = 16) -> np
     """(T, Nc) bool: compressed position j is visible to a query at q_pos[t] iff its window ended by then."""
     _, ends = compressed_spans(Nc, window, stride)
     q_pos = checks.int_array("q_pos", q_pos, 1, "(T,)", lo=0)
+    checks.output_size("Nc (the mask is T x Nc, T = len(q_pos))", (len(q_pos), len(ends)))
     return (ends[None, :] - 1) <= q_pos[:, None]
 
 
@@ -99,7 +102,8 @@ def group_scores(q, kc, q_pos=None, S=None, window: int = 32, stride: int = 16, 
     q: (B, T, Hq, d) queries at absolute positions q_pos (default: the last T of S positions);
     kc: (B, Nc, Hkv, d) compressed keys of the same layer; S: sequence length (default: the smallest S whose
     compression has Nc windows). scale = 1/τ defaults to d**-0.5.
-    Returns (B, T, Hkv, Nc) float64 on the compressed grid, values in [0, G]; 0 where not visible.
+    Returns (B, T, Hkv, Nc) float64 on the compressed grid, values in [0, G]; 0 where not visible. Nc = 0 (fewer
+    than ``window`` tokens: no compressed key yet) gives an empty (B, T, Hkv, 0) array.
     """
     q, kc = _check_qk(q, kc)
     B, T, Hq, d = q.shape
@@ -114,6 +118,8 @@ def group_scores(q, kc, q_pos=None, S=None, window: int = 32, stride: int = 16, 
     G = Hq // Hkv
     scale = d ** -0.5 if scale is None else checks.positive_number("scale", scale)
     vis = compressed_visible(q_pos, Nc, window, stride)                      # (T, Nc)
+    if Nc == 0:                                  # no compressed key: nothing to score (a softmax over none)
+        return np.zeros((B, T, Hkv, 0))
     logits = np.einsum("btgjd,bngd->btgjn", q.reshape(B, T, Hkv, G, d).astype(np.float64), kc) * scale
     p = softmax_with_sink(np.where(vis[None, :, None, None, :], logits, -np.inf))   # nothing visible: all 0
     return p.sum(axis=3)                                                      # sum over the G heads of the group
@@ -128,7 +134,9 @@ def block_overlap(n_blocks_: int, Nc: int, block_size: int = 64, window: int = 3
     window, stride = _check_window(window, stride)
     block_size = checks.pos_int("block_size", block_size)
     Nc = checks.nonneg_int("Nc", Nc)
-    b = np.arange(checks.nonneg_int("n_blocks_", n_blocks_), dtype=np.int64)
+    n_blocks_ = checks.nonneg_int("n_blocks_", n_blocks_)
+    checks.output_size("n_blocks_", (n_blocks_,))
+    b = np.arange(n_blocks_, dtype=np.int64)
     lo = np.maximum(0, (b * block_size - window) // stride + 1)              # first j with j·s + l > b·B
     hi = np.minimum(Nc - 1, -(-((b + 1) * block_size) // stride) - 1)        # last j with j·s < (b+1)·B
     return lo, hi
@@ -144,6 +152,7 @@ def pool_to_blocks(scores_c, n_blocks_: int, block_size: int = 64, window: int =
     if scores_c.ndim < 1:
         raise ValueError(f"scores_c must have a last axis Nc, got shape {scores_c.shape}")
     n_blocks_ = checks.nonneg_int("n_blocks_", n_blocks_)
+    checks.output_size("n_blocks_ (the result is (..., n_blocks_))", scores_c.shape[:-1] + (n_blocks_,))
     Nc = scores_c.shape[-1]
     lo, hi = block_overlap(n_blocks_, Nc, block_size, window, stride)
     # n_blocks_ blocks hold S in ((n_blocks_-1)·block_size, n_blocks_·block_size] tokens: Nc must be the grid of one

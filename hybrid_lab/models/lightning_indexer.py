@@ -91,8 +91,10 @@ def dense_kl_loss(I, p):
 def sparse_kl_loss(I, p, idx):
     """Sparse-stage loss: KL restricted to each query's selected set, both sides renormalized over it.
 
-    I, p: (T, S) as in :func:`dense_kl_loss`; idx: (T, K) selected positions (-1 padded). Returns (loss, dI (T, S)),
-    dI = softmax_sel(I) - p_sel on the selected set, 0 elsewhere (positions outside the set get no signal).
+    I, p: (T, S) as in :func:`dense_kl_loss`; idx: (T, K) selected positions (-1 padded), no position twice in a
+    row (a repeat is refused: the set it stands for would silently hold fewer than K positions). Returns (loss,
+    dI (T, S)), dI = softmax_sel(I) - p_sel on the selected set, 0 elsewhere (positions outside the set get no
+    signal).
     """
     I, p = _check_scores_target(I, p)
     idx = np.asarray(idx)
@@ -100,6 +102,7 @@ def sparse_kl_loss(I, p, idx):
         raise ValueError(f"idx must be an integer (T={I.shape[0]}, K) array, got shape {idx.shape} dtype {idx.dtype}")
     if (idx < -1).any() or (idx >= I.shape[1]).any():
         raise ValueError(f"idx entries must lie in [-1, S={I.shape[1]})")
+    checks.no_repeats("idx", idx)
     sel = np.zeros(I.shape, dtype=bool)
     rows = np.broadcast_to(np.arange(I.shape[0])[:, None], idx.shape)
     sel[rows[idx >= 0], idx[idx >= 0]] = True
@@ -119,14 +122,19 @@ def sparse_kl_loss(I, p, idx):
 def topk_recall(pred_idx, true_idx) -> float:
     """Mean fraction of the true top-k positions found by the predicted set: |pred ∩ true| / |true|.
 
-    pred_idx: (..., Kp), true_idx: (..., K), both -1 padded; rows whose true set is empty are skipped.
+    pred_idx: (..., Kp), true_idx: (..., K), both -1 padded, no position twice in a row (a repeat is refused: a
+    repeated true position would be counted twice, a repeated prediction would stand for a smaller set); rows whose
+    true set is empty are skipped (no valid entry at all is an error).
     """
     pred_idx = checks.int_array("pred_idx", pred_idx, lo=-1)
     true_idx = checks.int_array("true_idx", true_idx, lo=-1)
-    if pred_idx.ndim < 1 or pred_idx.shape[:-1] != true_idx.shape[:-1]:
+    if pred_idx.ndim < 1 or true_idx.ndim < 1 or pred_idx.shape[:-1] != true_idx.shape[:-1]:
         raise ValueError(f"pred_idx and true_idx must share leading dims, got {pred_idx.shape} and {true_idx.shape}")
-    P = pred_idx.reshape(-1, pred_idx.shape[-1])
-    Tt = true_idx.reshape(-1, true_idx.shape[-1])
+    checks.no_repeats("pred_idx", pred_idx)
+    checks.no_repeats("true_idx", true_idx)
+    n_rows = int(np.prod(pred_idx.shape[:-1]))                          # explicit: reshape(-1, 0) is ambiguous
+    P = pred_idx.reshape(n_rows, pred_idx.shape[-1])
+    Tt = true_idx.reshape(n_rows, true_idx.shape[-1])
     hit = (Tt[:, :, None] == P[:, None, :]).any(-1) & (Tt >= 0)       # (N, K)
     n_true = (Tt >= 0).sum(-1)
     ok = n_true > 0
@@ -180,6 +188,8 @@ class LightningIndexer:
                  rope_base: float = 10000.0):
         d_model, n_heads, d_index = (checks.pos_int(n, v) for n, v in
                                      (("d_model", d_model), ("n_heads", n_heads), ("d_index", d_index)))
+        checks.output_size("d_model, n_heads or d_index (Wq is d_model x n_heads x d_index)",
+                           (d_model, n_heads, d_index))
         checks.positive_number("init_scale", init_scale)
         bias_init = checks.finite_number("bias_init", bias_init)
         if not isinstance(use_bias, (bool, np.bool_)):

@@ -127,6 +127,14 @@ def concentrated_attention(n_keys: int = 2048, n_queries: int = 128, d_model: in
     for name, val in (("concentration", concentration), ("noise", noise), ("head_spread", head_spread)):
         checks.nonneg_number(name, val)
     checks.nonneg_int("seed", seed)
+    for name, shape in (("n_queries, n_heads or n_keys (the logits are n_queries x n_heads x n_keys)",
+                         (n_queries, n_heads, n_keys)),
+                        ("n_keys or d_model (x_keys is n_keys x d_model)", (n_keys, d_model)),
+                        ("n_queries or d_model (x_queries is n_queries x d_model)", (n_queries, d_model)),
+                        ("n_heads, d_model or d_head (the query maps are n_heads x d_model x d_head)",
+                         (n_heads, d_model, d_head)),
+                        ("n_keys or d_head (v is n_keys x d_head)", (n_keys, d_head))):
+        checks.output_size(name, shape)
     rng = np.random.default_rng(seed)
     P = rng.standard_normal((rank, d_model)) / np.sqrt(rank)
     x_k = rng.standard_normal((n_keys, rank)) @ P + noise * rng.standard_normal((n_keys, d_model))

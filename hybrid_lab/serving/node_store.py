@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.core.checks import int_in, pos_int
+from hybrid_lab.core.checks import int_in, output_size, pos_int
 
 ROOT = 0
 
@@ -49,6 +49,7 @@ class NodeStore:
 
     def __init__(self, rows: int = 64):
         rows = pos_int("rows", rows)
+        output_size("rows (the rows allocated at first, one entry per column)", (rows,))
         self.rows = 0              # rows allocated in the arrays
         self.size = 0              # rows ever used (ids < size); the live ones have alive[id]
         self.free_ids: list = []   # recycled rows, the last freed is reused first

@@ -392,8 +392,15 @@ def reserve_bounds(hw: Hardware, m: ModelSpec, facts) -> tuple:
 # block residency: what actually moves
 # ---------------------------------------------------------------------------------------------------------
 def new_blocks(selected, resident):
-    """Blocks to copy: selected and not resident. selected, resident: 1-D int arrays >= -1 (-1 entries ignored)."""
-    selected = checks.int_array("selected", selected, 1, lo=-1)
+    """Blocks to copy: selected and not resident, ascending. selected, resident: 1-D int arrays >= -1 (-1 entries
+    ignored).
+
+    ``selected`` is one step's selection, an index set: a block id listed twice is refused (a selector lists each
+    block once; a repeat means a bug upstream, e.g. two heads' selections concatenated, and a copy count that
+    silently deduplicates it would hide it). ``resident`` is what the GPU holds, a set that is often the union of
+    several caches (the previous step's blocks and the always-resident ones, which overlap): a repeated id there is
+    accepted and means the same as one (membership only)."""
+    selected = checks.no_repeats("selected", checks.int_array("selected", selected, 1, lo=-1), "block id")
     resident = checks.int_array("resident", resident, 1, lo=-1)
     sel = np.unique(selected[selected >= 0])
     return sel[~np.isin(sel, resident[resident >= 0])]
@@ -404,7 +411,9 @@ def replay_trace(trace, always_resident=()):
 
     trace: list over steps of 1-D int arrays (one layer, one sequence). always_resident: block ids >= 0 on the
     GPU anyway (e.g. init, or a layer kept on GPU). Returns the number of blocks copied at each step (the first
-    step copies everything it selects that is not always resident). Block ids are integers >= -1 (-1 = empty).
+    step copies everything it selects that is not always resident). Block ids are integers >= -1 (-1 = empty); a
+    step lists a block at most once (a repeat is refused, as in :func:`new_blocks`); ``always_resident`` may repeat
+    one and may overlap the steps' selections.
     """
     resident = checks.int_array("always_resident", always_resident, 1, lo=0)
     if not isinstance(trace, (list, tuple)):
@@ -412,7 +421,7 @@ def replay_trace(trace, always_resident=()):
     prev = np.zeros(0, np.int64)
     copied = []
     for i, sel in enumerate(trace):
-        sel = checks.int_array(f"trace[{i}]", sel, 1, lo=-1)
+        sel = checks.no_repeats(f"trace[{i}]", checks.int_array(f"trace[{i}]", sel, 1, lo=-1), "block id")
         new = new_blocks(sel, np.concatenate([prev, resident]))
         copied.append(len(new))
         prev = np.unique(sel[sel >= 0])
@@ -427,6 +436,8 @@ def synthetic_trace(n_candidates: int, topk: int, steps: int, churn: float, seed
     """
     n_candidates, steps = checks.pos_int("n_candidates", n_candidates), checks.pos_int("steps", steps)
     topk = checks.pos_int("topk", topk)
+    checks.output_size("n_candidates (the candidate block ids, np.arange(n_candidates))", (n_candidates,))
+    checks.output_size("steps or topk (steps selections of topk blocks)", (steps, topk))
     if topk > n_candidates:
         raise ValueError(f"topk must lie in [1, n_candidates={n_candidates}], got {topk}")
     churn = checks.number_in("churn", churn, 0.0, 1.0)
@@ -456,6 +467,7 @@ def layer_timeline(hw, m, batch, context, ctas=None, n_layers=3, churn=None):
     = {"serial": seconds, "overlapped": seconds} for those layers (n_layers >= 1).
     """
     n_layers = checks.pos_int("n_layers", n_layers)
+    checks.output_size("n_layers (7 segments per layer)", (n_layers, 7))
     t = layer_times(hw, m, batch, context, ctas, churn)
     segs, s = [], 0.0
     for _ in range(n_layers):

@@ -18,7 +18,8 @@ import os
 
 import numpy as np
 
-from hybrid_lab.core.checks import array, finite_number, int_in, nonneg_int, nonneg_number, pos_int, positive_number
+from hybrid_lab.core.checks import (array, finite_number, int_in, nonneg_int, nonneg_number, output_size, pos_int,
+                                    positive_number)
 
 MAX_VOCAB = 2 ** 31            # token ids are drawn as int32
 
@@ -151,6 +152,13 @@ def _check_scale(scale, shortest_max: float) -> float:
     return scale
 
 
+def _check_count(name, n, what):
+    """A count of requests, sessions or tokens a generator makes (``what``, for the message): at most
+    ``checks.MAX_ELEMENTS``. Past it the count is a mistake (2**62 sessions): refused by name, not run as an endless
+    loop or a MemoryError."""
+    output_size(f"{name} ({what})", (n,))
+
+
 def _lognormal_len(rng, median, sigma, lo, hi, size=None):
     """Integer lengths from a lognormal (median, sigma), clipped to [lo, hi]."""
     x = rng.lognormal(np.log(median), sigma, size=size)
@@ -222,6 +230,8 @@ def chat_trace(n_sessions: int = 200, kind: str = "lmsys", seed: int = 0, vocab:
     system_prompt_len = nonneg_int("system_prompt_len", system_prompt_len)
     p = CHAT_PRESETS[kind]
     scale = _check_scale(scale, p["max_len"])
+    _check_count("n_sessions", n_sessions, "sessions, one or more requests each")
+    _check_count("system_prompt_len", round(system_prompt_len * scale), "tokens of the system prompt, times scale")
     rng = np.random.default_rng(seed)
     system = _tokens(rng, round(system_prompt_len * scale), vocab)
     lo = 1
@@ -249,6 +259,8 @@ def agent_trace(n_requests: int = 2000, seed: int = 0, vocab: int = 32000, syste
     if mean_steps < 1:
         raise ValueError(f"mean_steps must be >= 1, got {mean_steps!r}")
     scale = _check_scale(scale, 1500)
+    _check_count("n_requests", n_requests, "requests")
+    _check_count("system_prompt_len", round(system_prompt_len * scale), "tokens of the system prompt, times scale")
     rng = np.random.default_rng(seed)
     system = _tokens(rng, round(system_prompt_len * scale), vocab)
     sessions, total, sid = [], 0, 0
@@ -283,6 +295,9 @@ def shared_prefix_trace(n_requests: int = 1000, seed: int = 0, vocab: int = 3200
     if not 0 <= followup_prob < 1:
         raise ValueError(f"followup_prob must lie in [0, 1), got {followup_prob!r}")
     scale = _check_scale(scale, 2000)
+    _check_count("n_requests", n_requests, "requests")
+    for name, n in (("n_system", n_system), ("n_fewshot", n_fewshot), ("n_docs", n_docs)):
+        _check_count(name, n, "shared prefixes drawn")
     rng = np.random.default_rng(seed)
     prefixes = ([_tokens(rng, _lognormal_len(rng, 400 * scale, 0.4, 1, 2000 * scale), vocab) for _ in range(n_system)]
                 + [_tokens(rng, _lognormal_len(rng, 2000 * scale, 0.3, 1, 6000 * scale), vocab) for _ in range(n_fewshot)]
@@ -326,6 +341,10 @@ def regeneration_trace(n_prompts: int = 100, samples: int = 4, seed: int = 0, vo
     seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 1, MAX_VOCAB)
     prompt_median, output_median = pos_int("prompt_median", prompt_median), pos_int("output_median", output_median)
     system_prompt_len = nonneg_int("system_prompt_len", system_prompt_len)
+    output_size("n_prompts or samples (n_prompts x samples requests)", (n_prompts, samples))
+    _check_count("prompt_median", 20 * prompt_median, "a prompt may reach 20 x prompt_median tokens")
+    _check_count("output_median", 20 * output_median, "an output may reach 20 x output_median tokens")
+    _check_count("system_prompt_len", system_prompt_len, "tokens of the system prompt")
     rng = np.random.default_rng(seed)
     system = _tokens(rng, system_prompt_len, vocab)
     trace = []
@@ -357,7 +376,7 @@ def exercise3_trace(len_s: int = 40, len_d: int = 200, len_q: int = 20, len_a: i
     Lengths >= 1; vocab >= 3 (the three questions must differ in their first token).
     """
     for name, v in (("len_s", len_s), ("len_d", len_d), ("len_q", len_q), ("len_a", len_a), ("len_f", len_f)):
-        pos_int(name, v)
+        _check_count(name, pos_int(name, v), "tokens of one segment")
     seed, vocab = nonneg_int("seed", seed), int_in("vocab", vocab, 3, MAX_VOCAB)
     rng = np.random.default_rng(seed)
     while True:                                   # the three questions must differ in their first token

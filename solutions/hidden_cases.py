@@ -8,9 +8,12 @@ their public cases (with the grader's own seeds).
 Where an exercise states a tie rule (top-k and block selections, argmax, the critical path's tie rules), one hidden
 case puts EXACT ties among >= 32 candidates, in a random order, across the cut: numpy's default (unstable) sort
 returns tied entries in no particular order once there are more than 16 of them (and in SIMD builds already
-below), so ``np.argsort(-x)`` without ``kind="stable"`` fails there, as does a reversed ascending sort. Where an
+below), so ``np.argsort(-x)`` without ``kind="stable"`` fails there, as does a reversed ascending sort. (03.3
+excepted: in the real cache only the nodes one request creates share an access time, so its exact score ties are
+between two candidates, the deeper one once with the higher and once with the lower, recycled, id.) Where an
 exercise has a capacity or a budget, one case fits it exactly (03.3: the bytes to free are exactly one victim's,
-so an eviction too many shows; top-k budgets equal to the number of candidates). Lab 09 (Triton kernels) has none.
+so an eviction too many shows; top-k budgets equal to the number of candidates). Lab 09 (Triton kernels) has none;
+tests/test_hidden_cases.py proves the cases valid for the reference and what they catch.
 """
 from __future__ import annotations
 
@@ -605,7 +608,7 @@ def _evidence(rng):
 
 # ================================================================================================ lab 11
 def _topk_recall(rng):
-    from hybrid_lab.exercises.lab11 import _attention_mass, _causal, _recall_case
+    from hybrid_lab.exercises.lab11 import _recall_case
 
     def tied_scores(vis, p):                           # 48 keys: 8 at 2, 24 tied at 1 across the cut, 16 at 0
         return np.stack([_levels(rng, [8, 24, 16], [2.0, 1.0, 0.0]) for _ in range(len(vis))])

@@ -88,3 +88,23 @@ def test_the_dense_seeds_that_learn_mqar_have_a_previous_token_head():
     rows = {r[1]: r for r in report.mqar_probe_rows(("dense",), seeds=(0, 3), n=4)}
     assert rows[0][3] >= 0.9 and rows[0][5][0] > 0.5
     assert rows[3][3] < 0.4 and rows[3][5][0] < 0.3
+
+
+def test_why_hysparse2_9_rows_decide_from_the_per_seed_accuracies_at_the_pick_any_line():
+    mix = train.eval_sets(train.EXPERIMENTS["retrieval9"])["mix"]
+    chance = report.pick_any_chance(mix, tasks.KIND_NEEDLE)
+    rows = report.why_hysparse2_9_rows(RES, chance)
+    assert len(rows) == 3
+    acc = {m: report.per_seed(RES, "retrieval9", m, "needle") for m in report.R9}
+    assert all(len(v) == 10 for v in acc.values())                  # 10 seeds per model: the claims can be decided
+    want = stats.compare(acc["hysparse2_9"], acc["hybrid_swa_9"], "better", level=report.LEVEL, chance=chance)
+    assert rows[0][2].startswith(want["verdict"])
+    assert "hybrid_swa_9" in rows[0][1] and "RULER-v2" in rows[0][3]
+    # a model on the plateau (every seed at the pick-any line) makes the claim untestable, not "not reproduced"
+    flat = dict(RES, retrieval9=dict(RES["retrieval9"], models=dict(RES["retrieval9"]["models"])))
+    m = dict(flat["retrieval9"]["models"]["hybrid_swa_9"])
+    m["per_seed"] = dict(m["per_seed"], needle=[chance] * 10)
+    m2 = dict(flat["retrieval9"]["models"]["hysparse2_9"])
+    m2["per_seed"] = dict(m2["per_seed"], needle=[chance + 0.005] * 10)
+    flat["retrieval9"]["models"].update(hybrid_swa_9=m, hysparse2_9=m2)
+    assert report.why_hysparse2_9_rows(flat, chance)[0][2].startswith(stats.UNTESTABLE)

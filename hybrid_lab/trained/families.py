@@ -117,8 +117,8 @@ SPECS = {s.name: s for s in [
               "HySparse2, gated SWA branch with own KV (window 8) + top-16"),
     ModelSpec("hysparse2_nobridge", "hysparse2", dict(_HS2, bridging=False),
               "HySparse2 without bridging: the cross FA projects its own KV"),
-    # why HySparse2 in the papers' layer order (9 layers, 3 full attention each; not trained yet: the experiment
-    # that trains them, 10 seeds x 3 learning rates of 3,000 steps, needs a GPU session): the self SWA layers before and
+    # why HySparse2 in the papers' layer order (9 layers, 3 full attention each; train.EXPERIMENTS "retrieval9"):
+    # the self SWA layers before and
     # after the self FA, as the paper's 12 + FA + 12; hybrid SWA is HySparse2 with every SA replaced by an SWA layer;
     # HySparse groups of 1 FA + 2 SA; dense attention in every layer
     _stack("dense_9", [_A] * 9, "dense attention, 9 layers (MQA, partial RoPE 8)", rope_dims_attn=8),

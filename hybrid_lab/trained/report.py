@@ -22,7 +22,7 @@ from hybrid_lab.trained import families as fam
 from hybrid_lab.trained import stats
 
 __all__ = ["RESULTS", "load_results", "acc", "fmt", "table", "Direction", "DIRECTIONS", "verdict", "direction_rows",
-           "recovery_state", "ledger_rows", "why_hybrids_rows", "why_hysparse2_rows", "per_seed", "seed_rows",
+           "recovery_state", "ledger_rows", "why_hybrids_rows", "why_hysparse2_rows", "why_hysparse2_9_rows", "per_seed", "seed_rows",
            "mqar_chance", "pick_any_chance", "mqar_probe_rows", "retrieval_probe_rows", "LEVEL"]
 
 RESULTS = Path(__file__).resolve().parent / "checkpoints" / "results.json"
@@ -458,6 +458,43 @@ def why_hysparse2_rows(res: dict, far: str = "needle d=64-128", near: str = "nee
     return rows
 
 
+R9 = ("dense_9", "hybrid_swa_9", "hysparse_9", "hysparse2_9")
+
+
+def why_hysparse2_9_rows(res: dict, chance: float, setting: str = "needle", exp: str = "retrieval9") -> list:
+    """The HySparse2 paper's retrieval claims on the 9-layer experiment (models R9, 10 seeds each), each as [claim,
+    ours, verdict, reported], decided by :func:`stats.compare` on the per-seed accuracies at ``setting`` with
+    ``chance`` the pick-any-needle line (a model answering with a random needle of the sequence)."""
+    checks.number_in("chance", chance, 0.0, 1.0)
+    for m in R9:
+        _setting_of(res, exp, m, "setting", setting)
+    acc9 = {m: per_seed(res, exp, m, setting) for m in R9}
+
+    def learned(m):
+        return f"{sum(v >= LEVEL for v in acc9[m])}/{len(acc9[m])}"
+
+    def cmp(a, b, expect):
+        r = stats.compare(acc9[a], acc9[b], expect, level=LEVEL, chance=chance)
+        return r["verdict"] + (f" (p = {r['p']:.2f})" if "p =" not in r["verdict"]
+                               and not r["verdict"].startswith(stats.UNTESTABLE) else "")
+
+    def ours(a, b):
+        return (f"{setting}: {a} {_mean(acc9[a])} vs {b} {_mean(acc9[b])}; seeds >= {LEVEL}: {learned(a)} vs "
+                f"{learned(b)}")
+
+    return [
+        ["HySparse2 retrieves better than hybrid SWA", ours("hysparse2_9", "hybrid_swa_9"),
+         cmp("hysparse2_9", "hybrid_swa_9", "better"),
+         "HySparse2 §17.6: RULER-v2 at 256K 58.45 vs hybrid SWA 35.74"],
+        ["HySparse2 retrieves better than HySparse", ours("hysparse2_9", "hysparse_9"),
+         cmp("hysparse2_9", "hysparse_9", "better"),
+         "HySparse2 §17.6: +11.30 MRCR-v2, +19.81 RULER-v2 over HySparse after post-training"],
+        ["HySparse2 matches dense attention here", ours("hysparse2_9", "dense_9"),
+         cmp("hysparse2_9", "dense_9", "same"), "no paper number: our control (dense attention reads every "
+                                                 "position)"],
+    ]
+
+
 # ------------------------------------------------------------------------------------------------- probes
 def mqar_probe_rows(models=("dense",), seeds=None, n: int = 8, root=None) -> list:
     """Per (model, seed) of the MQAR experiment: [model, seed, accuracy at the smallest and largest pair count
@@ -488,8 +525,9 @@ def mqar_probe_rows(models=("dense",), seeds=None, n: int = 8, root=None) -> lis
 
 
 def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2"), seed: int = 0, n: int = 32,
-                         root=None) -> list:
-    """Per model (one seed) of the retrieval experiment, on ``n`` held-out needle sequences (1-4 needles):
+                         root=None, exp: str = "retrieval") -> list:
+    """Per model (one seed) of the retrieval experiment ``exp`` ("retrieval": 4 layers; "retrieval9": the 9-layer
+    one), on ``n`` held-out needle sequences (1-4 needles):
     [model, needle accuracy, share of the wrong answers that are another needle's value, the pick-any chance line,
     cross FA mass on the asked needle, mean mass on each other needle, share of answers whose most-attended needle
     is the asked one, the best previous-token score over layers and heads]."""
@@ -501,10 +539,12 @@ def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2")
     b = tasks.needles(n, 128, (1, 2, 3, 4), seed=tasks.EVAL_SEED + 801)
     rows = []
     seed = checks.nonneg_int("seed", seed)
+    if not isinstance(exp, str) or not exp.startswith("retrieval"):
+        raise ValueError(f"exp must name a retrieval experiment ('retrieval' or 'retrieval9'), got {exp!r}")
     for m in _names("models", list(models) if isinstance(models, (list, tuple)) else models):
-        if not (root / "retrieval" / m / f"seed{seed}.npz").exists():
-            raise ValueError(f"models / seed: no retrieval checkpoint {m!r} seed {seed} under {root}")
-        model, _ = store.load_checkpoint(root / "retrieval" / m / f"seed{seed}")
+        if not (root / exp / m / f"seed{seed}.npz").exists():
+            raise ValueError(f"models / seed: no {exp} checkpoint {m!r} seed {seed} under {root}")
+        model, _ = store.load_checkpoint(root / exp / m / f"seed{seed}")
         lg = families.numpy_logits(model, b.tokens)
         br = probes.answer_breakdown(lg, b, tasks.KIND_NEEDLE)
         mass = probes.needle_mass(model, b)

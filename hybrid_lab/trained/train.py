@@ -80,22 +80,21 @@ class Experiment:
 
 
 MQAR_PAIRS = (2, 4, 8, 16, 32)
-# trained and stored; families.SPECS also defines dense_mha (4 KV heads, full RoPE) at the same budget, not trained
-# yet (the device time ran out): add it here and `hybrid-lab train mqar --models dense_mha` trains it
-MQAR_MODELS = ("mamba2", "mamba2_N32", "mamba2_N64", "mamba2_hybrid", "dense", "dense_local")
-# The 9-layer "why HySparse2" experiment (families.SPECS dense_9, hybrid_swa_9, hysparse_9, hysparse2_9) is not in
-# the table until it is trained (notebook 10 reads every listed model). Measured on one H200: four such ensembles
-# at once (2 learning rates x 2 seeds, then 8 seeds, 2,000 steps of 64 x 128) did not finish one model in 575 s, so
-# it needs a faster ensemble step or two device sessions. Its entry, to add back with its checkpoints:
-#    "retrieval9": Experiment("retrieval9", "mix", {"n_local": 4}, ("dense_9", "hybrid_swa_9", "hysparse_9",
-#                                                                   "hysparse2_9"), "dense_9", steps=2000,
-#                             lrs=(3e-3, 1e-2), lr_seeds=2, seeds=tuple(range(10)), learn="needle"),
+# families.SPECS dense_mha: the dense model with 4 KV heads and full RoPE, at the same budget
+MQAR_MODELS = ("mamba2", "mamba2_N32", "mamba2_N64", "mamba2_hybrid", "dense", "dense_local", "dense_mha")
+# Why HySparse2 in the paper's layer order: 9 layers, 3 of them full attention, the self SWA layers before and after
+# the self FA (families.SPECS dense_9, hybrid_swa_9, hysparse_9, hysparse2_9; parameters within 1%). One phase: all
+# 10 seeds at both rates (20 members, one ensemble per model), the rate chosen on the validation split by the mean
+# over the 10 seeds; a two-phase sweep (2 seeds, then 8) did not fit the 10-minute device command.
 EXPERIMENTS = {
     "mqar": Experiment("mqar", "mqar", {"n_pairs": MQAR_PAIRS}, MQAR_MODELS, "dense", lrs=(1e-3, 3e-3, 1e-2),
                        seeds=tuple(range(10)), eval_every=100, learn="pairs=2"),
     "retrieval": Experiment("retrieval", "mix", {"n_local": 4}, ("swa", "hybrid_swa", "hysparse", "hysparse2", "dense",
                                                      "hysparse2_block", "hysparse2_nowindow", "hysparse2_gatedswa",
                                                      "hysparse2_nobridge"), "dense", learn="needle"),
+    "retrieval9": Experiment("retrieval9", "mix", {"n_local": 4},
+                             ("dense_9", "hybrid_swa_9", "hysparse_9", "hysparse2_9"), "dense_9", steps=2000,
+                             lrs=(3e-3, 1e-2), lr_seeds=10, seeds=tuple(range(10)), learn="needle"),
 }
 
 
@@ -104,7 +103,8 @@ def quick(exp: Experiment, models=None) -> Experiment:
 
     MQAR: 2-4 pairs in 32 tokens, 1000 steps of 32 sequences, lr 3e-3 (what the full run chose for the hybrid), 2
     seeds, the full-width models; by default only the hybrid, which learns it in ~3 minutes on 2 cores (both seeds
-    >= 0.99 at 2 and 4 pairs; a test checks it). Retrieval: a smoke run (150 steps of 16 x 64 tokens, narrow models):
+    >= 0.96 at 2 pairs, 0.87-0.99 at 4, depending on the CPU: deterministic on one machine, not across CPUs; a test
+    checks >= 0.9 and >= 0.8). Retrieval: a smoke run (150 steps of 16 x 64 tokens, narrow models):
     it proves the pipeline, not a result; nothing learns the needles at that budget."""
     if exp.task == "mqar":
         return dataclasses.replace(exp, task_kw={"n_pairs": (2, 4)}, models=tuple(models or ("mamba2_hybrid",)),

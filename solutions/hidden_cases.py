@@ -12,8 +12,11 @@ below), so ``np.argsort(-x)`` without ``kind="stable"`` fails there, as does a r
 excepted: in the real cache only the nodes one request creates share an access time, so its exact score ties are
 between two candidates, the deeper one once with the higher and once with the lower, recycled, id.) Where an
 exercise has a capacity or a budget, one case fits it exactly (03.3: the bytes to free are exactly one victim's,
-so an eviction too many shows; top-k budgets equal to the number of candidates). Lab 09 (Triton kernels) has none;
-tests/test_hidden_cases.py proves the cases valid for the reference and what they catch.
+so an eviction too many shows; top-k budgets equal to the number of candidates). Lab 00's formulas are checked past
+the sizes the public cases reach: 00.1's bytes past 2^32 and past 2^63 (an int, exactly: numpy's int64 wraps
+there, a float rounds), head groups and head sizes the public cases never draw; 00.2's L* below one token, models
+of 10^12 parameters and more, a pure SSM of 10^14. Lab 09 (Triton kernels) has none; tests/test_hidden_cases.py
+proves the cases valid for the reference and what they catch.
 """
 from __future__ import annotations
 
@@ -22,6 +25,39 @@ import numpy as np
 from hybrid_lab.exercises.framework import Case
 
 
+# ================================================================================================ lab 00
+def _kv_per_token(rng):
+    from hybrid_lab.exercises.lab00 import kv_case
+
+    def n(lo, hi):
+        return int(rng.integers(lo, hi))
+    return [kv_case(rng, "hidden: groups of 7 query heads (28 query heads, 4 KV heads)", n_heads=28, n_kv_heads=4),
+            kv_case(rng, "hidden: 8-byte numbers, any head size (33 - 299)", d_head=n(33, 300), b=8),
+            kv_case(rng, "hidden: the smallest model (1 layer, 1 head of 1 number, 1 byte)", 1, 1, 1, 1, 1),
+            kv_case(rng, "hidden: no attention layers, 128 KV heads", n_attn=0, n_heads=128),
+            # the public results stay below 2^23; these need integers wider than 32 and than 64 bits, and odd
+            # factors, so that no float holds the product exactly
+            kv_case(rng, "hidden: 2^32 bytes per token and more", n(1024, 2048), 1024, 256, 1024, 8),
+            kv_case(rng, "hidden: past 2^63 bytes per token (an int, exactly)", n(10 ** 7, 10 ** 8) | 1,
+                    n(10 ** 6, 10 ** 7) | 1, None, n(10 ** 6, 10 ** 7) | 1, 8)]
+
+
+def _crossover(rng):
+    from hybrid_lab.exercises.lab00 import cross_case
+
+    def width():
+        return int(rng.choice([1024, 4096, 8192]))
+    n_attn, d_model = int(rng.integers(1, 97)), width()
+    return [cross_case(rng, "hidden: a tiny model (L* below one token)", int(rng.integers(1, n_attn * d_model)),
+                       n_attn, d_model),
+            cross_case(rng, "hidden: one layer of width 1 (L* = params)", n_attn=1, d_model=1),
+            cross_case(rng, "hidden: 10^12 - 10^14 parameters", int(rng.integers(10 ** 12, 10 ** 14))),
+            cross_case(rng, "hidden: 500 - 2000 attention layers of width 65,536", n_attn=int(rng.integers(500, 2000)),
+                       d_model=65536),
+            cross_case(rng, "hidden: no attention layers, 10^14 parameters", 10 ** 14, 0, width())]
+
+
+# ================================================================================================ lab 01
 def _ssm_step(rng):
     def case(name, Dm, N, dt=None):
         dt_t = rng.uniform(0.01, 1.0, Dm) if dt is None else np.full(Dm, float(dt))
@@ -92,37 +128,22 @@ def _reuse(rng):
 
 # ================================================================================================ lab 03
 def _trace(rng, n, vocab):
-    """n requests over a tiny vocabulary (as lab03's random traces, longer): new requests, follow-up turns, and
-    requests that share a random cut of an earlier sequence."""
-    from hybrid_lab.serving.workloads import Request
-    seqs, turns, out = {}, {}, []
-    for _ in range(n):
-        kind = rng.choice(["new", "follow", "share", "share"]) if seqs else "new"
-        if kind == "follow":
-            s = int(rng.choice(sorted(seqs)))
-            inp = np.concatenate([seqs[s], rng.integers(0, vocab, int(rng.integers(1, 5)))])
-        else:
-            s = len(turns)
-            turns[s] = 0
-            base = seqs[int(rng.choice(sorted(seqs)))] if kind == "share" else np.zeros(0, np.int64)
-            inp = np.concatenate([base[: int(rng.integers(0, len(base) + 1))],
-                                  rng.integers(0, vocab, int(rng.integers(1, 8)))])
-        r = Request(s, turns[s], inp.astype(np.int32), rng.integers(0, vocab, int(rng.integers(0, 4))).astype(np.int32))
-        out.append(r)
-        turns[s] += 1
-        seqs[s] = r.tokens
-    return out
+    """n requests over a tiny vocabulary, as lab03's random traces but longer, sharing more often, with shorter
+    requests (more reuse per token)."""
+    from hybrid_lab.exercises.lab03 import random_trace
+    return random_trace(rng, vocab, n=n, kinds=("new", "follow", "share", "share"), follow_len=(1, 5),
+                        new_len=(1, 8), output_len=(0, 4))
 
 
 def _admit(rng):
-    from hybrid_lab.exercises.lab03 import KV, NO_EVICTION, STATE, _describe
+    from hybrid_lab.exercises.lab03 import KV, NO_EVICTION, STATE, describe_trace
     out = []
     for name, n, vocab, cap in (("hidden: a long trace (40 requests, 2 token ids)", 40, 2, NO_EVICTION),
                                 ("hidden: a long trace under heavy eviction", 40, 3,
                                  STATE + int(rng.integers(0, 40)) * KV)):
         tr = _trace(rng, n, vocab)
         out.append(Case(name, kwargs={"trace": tr, "capacity": cap},
-                        note=f"{_describe(tr)}, capacity {cap:,.0f} B"))
+                        note=f"{describe_trace(tr)}, capacity {cap:,.0f} B"))
     n_in = int(rng.integers(5, 50))
 
     def unit(name, *args):
@@ -140,7 +161,7 @@ def _admit(rng):
 
 
 def _score(rng):
-    from hybrid_lab.exercises.lab03 import _score_case
+    from hybrid_lab.exercises.lab03 import score_case
     n = 40
     t = rng.uniform(0.0, 500.0, n)
     nbytes = np.zeros(n)
@@ -150,13 +171,13 @@ def _score(rng):
     tied = Case("hidden: 40 nodes sharing 4 access times", (tied_t, rng.uniform(1e11, 1e14, n),
                                                             rng.uniform(1e6, 1e9, n), 0.7, float(tied_t.max() + 1)),
                 note=f"n={n}")
-    return [_score_case(rng, "hidden: 40 nodes", n=40), _score_case(rng, "hidden: two nodes", n=2),
-            _score_case(rng, "hidden: now = last access + 1 (age 1)", n=12, now_gap=1),
-            _score_case(rng, "hidden: a tiny alpha (1e-9)", n=20, alpha=1e-9), zero, tied]
+    return [score_case(rng, "hidden: 40 nodes", n=40), score_case(rng, "hidden: two nodes", n=2),
+            score_case(rng, "hidden: now = last access + 1 (age 1)", n=12, now_gap=1),
+            score_case(rng, "hidden: a tiny alpha (1e-9)", n=20, alpha=1e-9), zero, tied]
 
 
 def _evict(rng):
-    from hybrid_lab.exercises.lab03 import KV, STATE, _describe, _evict_case, _seg
+    from hybrid_lab.exercises.lab03 import KV, STATE, describe_trace, evict_case, segment
     from hybrid_lab.serving.workloads import Request
 
     def n(lo, hi):
@@ -167,44 +188,44 @@ def _evict(rng):
 
     cases = []
     # exact fit, alpha = 0: A1, A2 (old), then B: the bytes to free are exactly A1's, so A2 must stay
-    A1 = Request(0, 0, _seg(rng, n(5, 60), 0), _seg(rng, n(1, 10), 1))
-    A2 = Request(1, 0, _seg(rng, n(5, 60), 2), _seg(rng, n(1, 10), 3))
-    B = Request(2, 0, _seg(rng, n(70, 120), 4), _seg(rng, n(1, 10), 5))        # larger than A1: A1 + A2 fit
-    cases.append(_evict_case("hidden: exact fit, alpha = 0 (free exactly the oldest leaf, no more)", [A1, A2, B, A2],
-                             nbytes(A2) + nbytes(B), 0.0, _describe([A1, A2, B])))
+    A1 = Request(0, 0, segment(rng, n(5, 60), 0), segment(rng, n(1, 10), 1))
+    A2 = Request(1, 0, segment(rng, n(5, 60), 2), segment(rng, n(1, 10), 3))
+    B = Request(2, 0, segment(rng, n(70, 120), 4), segment(rng, n(1, 10), 5))        # larger than A1: A1 + A2 fit
+    cases.append(evict_case("hidden: exact fit, alpha = 0 (free exactly the oldest leaf, no more)", [A1, A2, B, A2],
+                            nbytes(A2) + nbytes(B), 0.0, describe_trace([A1, A2, B])))
     # exact fit, alpha > 0: A1 and A2 of the same length (equal efficiencies), recency decides
     la, lo = n(5, 60), n(1, 10)
-    A1 = Request(0, 0, _seg(rng, la, 0), _seg(rng, lo, 1))
-    A2 = Request(1, 0, _seg(rng, la, 2), _seg(rng, lo, 3))
-    B = Request(2, 0, _seg(rng, n(la + lo, la + lo + 60), 4), _seg(rng, n(1, 10), 5))
+    A1 = Request(0, 0, segment(rng, la, 0), segment(rng, lo, 1))
+    A2 = Request(1, 0, segment(rng, la, 2), segment(rng, lo, 3))
+    B = Request(2, 0, segment(rng, n(la + lo, la + lo + 60), 4), segment(rng, n(1, 10), 5))
     alpha = float(rng.uniform(0.5, 3.0))
-    cases.append(_evict_case("hidden: exact fit, alpha > 0 (equal efficiencies)", [A1, A2, B, A1],
-                             nbytes(A2) + nbytes(B), alpha, _describe([A1, A2, B])))
+    cases.append(evict_case("hidden: exact fit, alpha > 0 (equal efficiencies)", [A1, A2, B, A1],
+                            nbytes(A2) + nbytes(B), alpha, describe_trace([A1, A2, B])))
     # a conversation A, A + f (A refreshed: A and the new leaf tie in recency), then Q: the deeper leaf goes first
     # and frees exactly the bytes to free; one eviction more would take A's state too
-    A = Request(0, 0, _seg(rng, n(10, 60), 0), _seg(rng, n(1, 10), 1))
-    A2 = Request(0, 1, np.r_[A.tokens, _seg(rng, n(1, 10), 2)], _seg(rng, n(1, 10), 3))
-    Q = Request(1, 0, _seg(rng, n(20, 60), 4), _seg(rng, n(1, 10), 5))     # longer than A2's tail: A2 fits
-    cases.append(_evict_case("hidden: tie in recency, the deeper leaf goes first, exact fit",
-                             [A, A2, Q], nbytes(A) + nbytes(Q), 0.0, f"|A| = {A.n_input}, |A + f| = {A2.n_input}"))
+    A = Request(0, 0, segment(rng, n(10, 60), 0), segment(rng, n(1, 10), 1))
+    A2 = Request(0, 1, np.r_[A.tokens, segment(rng, n(1, 10), 2)], segment(rng, n(1, 10), 3))
+    Q = Request(1, 0, segment(rng, n(20, 60), 4), segment(rng, n(1, 10), 5))     # longer than A2's tail: A2 fits
+    cases.append(evict_case("hidden: tie in recency, the deeper leaf goes first, exact fit",
+                            [A, A2, Q], nbytes(A) + nbytes(Q), 0.0, f"|A| = {A.n_input}, |A + f| = {A2.n_input}"))
     # recycled node ids make the deeper node of a tie the LOWER id: X, Y evicted (ids freed), then P + y splits
     # P + x and takes them; then R frees x, and the branch P and y's leaf tie: y (deeper, lower id) goes first
     p = n(10, 40)
-    P = _seg(rng, p, 0)
-    X = Request(0, 0, _seg(rng, n(1, 3), 1), _seg(rng, n(0, 2), 2))
-    Y = Request(1, 0, _seg(rng, n(1, 3), 3), _seg(rng, n(0, 2), 4))
-    Px = Request(2, 0, np.r_[P, _seg(rng, n(2, 10), 5)], _seg(rng, n(1, 5), 6))
-    Py = Request(3, 0, np.r_[P, _seg(rng, n(8, 20), 7)], _seg(rng, n(1, 5), 8))    # y's tail > |X| + |Y|
+    P = segment(rng, p, 0)
+    X = Request(0, 0, segment(rng, n(1, 3), 1), segment(rng, n(0, 2), 2))
+    Y = Request(1, 0, segment(rng, n(1, 3), 3), segment(rng, n(0, 2), 4))
+    Px = Request(2, 0, np.r_[P, segment(rng, n(2, 10), 5)], segment(rng, n(1, 5), 6))
+    Py = Request(3, 0, np.r_[P, segment(rng, n(8, 20), 7)], segment(rng, n(1, 5), 8))    # y's tail > |X| + |Y|
     edge_x, edge_y = len(Px.tokens) - p, len(Py.tokens) - p
     cap = p * KV + STATE + (edge_x * KV + STATE) + (edge_y * KV + STATE)      # exactly P, x and y after Py
-    R = Request(4, 0, _seg(rng, edge_x + edge_y + STATE // KV - 3, 9), _seg(rng, 3, 10))
-    cases.append(_evict_case("hidden: tie in recency, the deeper node has the lower (recycled) id, exact fits",
-                             [X, Y, Px, Py, R], cap, 0.0, f"|P| = {p}, tails {edge_x} and {edge_y}"))
+    R = Request(4, 0, segment(rng, edge_x + edge_y + STATE // KV - 3, 9), segment(rng, 3, 10))
+    cases.append(evict_case("hidden: tie in recency, the deeper node has the lower (recycled) id, exact fits",
+                            [X, Y, Px, Py, R], cap, 0.0, f"|P| = {p}, tails {edge_x} and {edge_y}"))
     for name, alpha in (("hidden: a long trace under heavy eviction, alpha = 0", 0.0),
                         ("hidden: a long trace under heavy eviction, alpha > 0", float(rng.uniform(0.1, 5.0)))):
         tr = _trace(rng, 40, 3)
         cap = n(1, 3) * STATE + n(0, 60) * KV
-        cases.append(_evict_case(name, tr, cap, alpha, _describe(tr)))
+        cases.append(evict_case(name, tr, cap, alpha, describe_trace(tr)))
     return cases
 
 
@@ -512,27 +533,10 @@ def _kl(rng):
 
 
 def _forecast_step(rng):
-    from hybrid_lab.exercises.lab08 import _grad_norm
+    from hybrid_lab.exercises.lab08 import step_case
 
-    def case(name, B, T, H, D, d, Nc, k, teacher=None, mask=None, t=None, clip=True):
-        x = rng.normal(size=(B, T, D))
-        kc = rng.normal(size=(B, Nc, H, d))
-        W = 0.3 * rng.normal(size=(D, H, d))
-        if mask is None:
-            lo = rng.integers(0, 3, T)
-            hi = rng.integers(lo + 2, Nc + 1)
-            pos = np.arange(Nc)
-            mask = (pos[None, :] >= lo[:, None]) & (pos[None, :] < hi[:, None])
-        teacher = rng.random((B, T, H, Nc)) ** 2 + 1e-3 if teacher is None else teacher
-        t = int(rng.integers(1, 40)) if t is None else t
-        v = (0.1 * rng.normal(size=W.shape)) ** 2 + 1e-4
-        m = 0.5 * np.sqrt(v) * rng.normal(size=W.shape)
-        g = max(_grad_norm(W, x, kc, teacher, mask, k), 1e-3)
-        max_norm = g * (rng.uniform(0.2, 0.8) if clip else rng.uniform(1.5, 3.0))
-        lr = float(rng.uniform(0.01, 0.1))
-        return Case(name, (W, x, kc, teacher, mask, k, m, v, t, lr, max_norm),
-                    note=f"B={B}, T={T}, Hkv={H}, D={D}, d={d}, Nc={Nc}, k={k}, t={t}, lr={lr:.3f}, "
-                         f"max_norm={max_norm:.3g} (gradient norm {g:.3g})")
+    def case(name, *sizes, **kw):
+        return step_case(rng, name, *sizes, **kw)
     B, T, H, Nc = 1, 2, 2, 40
     tied = np.stack([_levels(rng, [8, 18, 14], [3.0, 2.0, 1.0]) for _ in range(B * T * H)]).reshape(B, T, H, Nc)
     one = np.zeros((3, 40), bool)
@@ -671,7 +675,8 @@ def _fetch(rng):
                         [0])]
 
 
-CASES = {"01.1": _ssm_step, "01.2": _decay, "01.3": lambda rng: _ssd(rng, False), "01.4": lambda rng: _ssd(rng, True),
+CASES = {"00.1": _kv_per_token, "00.2": _crossover,
+         "01.1": _ssm_step, "01.2": _decay, "01.3": lambda rng: _ssd(rng, False), "01.4": lambda rng: _ssd(rng, True),
          "02.1": _ledger, "02.2": _reuse,
          "03.1": _admit, "03.2": _score, "03.3": _evict,
          "04.1": _index_scores, "04.2": _indexer_step, "04.3": _prefill_speedup,

@@ -1,7 +1,6 @@
-"""Grading a class in one command (issue 14, point 2): a folder of lab 01 submissions with arbitrary names, graded
+"""Grading a class in one command: a folder of lab 01 submissions with arbitrary names, graded
 in parallel into a gradebook and feedback files; a submission that loops, eats memory or writes outside its folder is
 a FAIL with the reason, never the end of the run."""
-import copy
 import csv
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 
 from hybrid_lab.course import classgrade
 from hybrid_lab.course import pipeline as course
+from grading_helpers import edit_exercise  # noqa: E402
 
 ROOT = course.repo_root()
 SSM = ROOT / "solutions" / "01_selective_ssm.ipynb"
@@ -21,12 +21,7 @@ def _solved():
     return course.fill_with_solutions(lab, nbformat.read(str(SSM), as_version=4))
 
 
-def _edit(nb, ex_id, old, new):
-    nb = copy.deepcopy(nb)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith(f"# Exercise {ex_id} "))
-    assert old in cell.source
-    cell.source = cell.source.replace(old, new)
-    return nb
+_edit = edit_exercise
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +51,8 @@ def test_a_class_folder_becomes_a_gradebook(class_folder, tmp_path):
                       "dave": (10, "graded"), "erin": (0, "graded"), "frank": (10, "graded")}
     assert rows["dave"]["01.1"] == "0" and rows["carol"]["01.4"] == "0" and rows["frank"]["01.2"] == "0"
     assert all(r["max"] == "12" for r in rows.values())
+    assert rows["bob_smith"]["file"] == "bob_smith/lab1 final (2).ipynb"            # relative, never absolute
+    assert str(class_folder) not in book.read_text()
     frank = (fb / "frank.txt").read_text()
     assert "01.2" in frank and "an endless loop?" in frank
     assert "not done yet" in (fb / "erin.txt").read_text()
@@ -88,11 +85,14 @@ def test_collect_names_students_by_file_or_folder(tmp_path):
     for p in ("a.ipynb", "b/x.ipynb", "c/one.ipynb", "c/two.ipynb"):
         (tmp_path / p).parent.mkdir(exist_ok=True)
         (tmp_path / p).write_text("{}")
-    assert [(s.student, s.path.name) for s in classgrade.collect([tmp_path])] == [
-        ("a", "a.ipynb"), ("b", "x.ipynb"), ("c/one", "one.ipynb"), ("c/two", "two.ipynb")]
-    assert [s.student for s in classgrade.collect([tmp_path / "b"])] == ["b"]
-    with pytest.raises(course.CourseError, match="two submissions for student 'a'"):
-        classgrade.collect([tmp_path / "a.ipynb", tmp_path / "a.ipynb"])
+    assert [(s.student, s.rel) for s in classgrade.collect([tmp_path])] == [
+        ("a", "a.ipynb"), ("b", "b/x.ipynb"), ("c/one", "c/one.ipynb"), ("c/two", "c/two.ipynb")]
+    assert [(s.student, s.rel) for s in classgrade.collect([tmp_path / "b"])] == [("b", "b/x.ipynb")]
+    # one file named twice is one submission; two files of one student are both kept (the gradebook flags them)
+    assert len(classgrade.collect([tmp_path / "a.ipynb", tmp_path / "a.ipynb"])) == 1
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "late.ipynb").write_text("{}")
+    assert [s.rel for s in classgrade.collect([tmp_path]) if s.student == "a"] == ["a.ipynb", "a/late.ipynb"]
     with pytest.raises(course.CourseError, match="no such file or folder"):
         classgrade.collect([tmp_path / "nope"])
 

@@ -120,7 +120,7 @@ def _calls(monkeypatch):
     return seen
 
 
-NO_OPTS = {"unsafe": None, "seed": None, "hidden": None, "require_sandbox": False}
+NO_OPTS = {"unsafe": None, "seed": None, "hidden": None, "require_sandbox": False, "partial": False}
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -130,11 +130,16 @@ NO_OPTS = {"unsafe": None, "seed": None, "hidden": None, "require_sandbox": Fals
      ("grade", ("a.ipynb",), {"fail_fast": True, "quiet": False, "timeout": 9, "lab": "01", **NO_OPTS})),
     (["grade", "a.ipynb", "--unsafe", "--seed", "5", "--cases", "h.py"],
      ("grade", ("a.ipynb",), {"fail_fast": False, "quiet": False, "timeout": 300, "lab": None, "unsafe": True,
-                              "seed": 5, "hidden": "h.py", "require_sandbox": False})),
+                              "seed": 5, "hidden": "h.py", "require_sandbox": False, "partial": False})),
     (["grade", "subs/", "--lab", "01", "--csv", "g.csv", "-j", "2"],
      ("grade_class", (["subs/"], "01"), {"csv_path": "g.csv", "feedback": None, "jobs": 2, "cell_timeout": 120,
                                          "time_limit": 900, "memory_mb": 8192, "unsafe": None, "seed": None,
-                                         "hidden": None})),
+                                         "hidden": None, "roster": None, "gradebook": None, "exports": None})),
+    (["grade", "subs/", "--lab", "01", "--roster", "r.csv", "--gradebook", "gb.csv", "--exports", "lms"],
+     ("grade_class", (["subs/"], "01"), {"csv_path": None, "feedback": None, "jobs": None, "cell_timeout": 120,
+                                         "time_limit": 900, "memory_mb": 8192, "unsafe": None, "seed": None,
+                                         "hidden": None, "roster": "r.csv", "gradebook": "gb.csv",
+                                         "exports": "lms"})),
     (["build"], ("build", (None,), {"force": False})),
     (["build", "solutions/01_x.ipynb", "--force"], ("build", (["solutions/01_x.ipynb"],), {"force": True})),
     (["build", "--mode", "assignment", "--out", "d"], ("build_assignments", ("d", None), {})),

@@ -1,17 +1,21 @@
 """The lecturer's hidden cases (solutions/hidden_cases.py) are valid, and they catch what the public cases let through.
 
-* every graded exercise of labs 01-08, 10 and 11 has hidden cases (lab 09's Triton kernels have none);
+* every graded exercise of labs 00-08, 10 and 11 has hidden cases (lab 09's Triton kernels have none);
 * on every hidden case the reference runs, deterministically, and the solution notebook's code agrees with it through
   the framework's own judging path (:func:`framework.run_student` + :func:`framework.judge`, in this process, and
   :func:`verdicts.verdict`, the sandboxed worker the grader uses, with the hidden cases added);
-* known-wrong answers to the exercises that state a tie rule or have a capacity (numpy's default, unstable
-  ``np.argsort(-x)``; a reversed ascending sort; the last instead of the first maximum; one eviction too many on an
-  exact fit; 08.1 without its default arguments) fail a hidden case on every seed tried, whatever the public cases say (on a numpy without SIMD sorting,
-  the unstable sorts are stable for <= 16 elements and most of them pass every public case), and through the grader
-  such an answer loses the points it keeps without the hidden cases.
+* known-wrong answers to the exercises that state a tie rule, have a capacity or are checked only inside a range
+  (numpy's default, unstable ``np.argsort(-x)``; a reversed ascending sort; the last instead of the first maximum;
+  one eviction too many on an exact fit; 08.1 without its default arguments; 00.1 in numpy's int64 or in floats; 00.2 clamped to
+  one token) fail a hidden case on every seed tried, whatever the public cases say (on a numpy without SIMD
+  sorting, the unstable sorts are stable for <= 16 elements and most of them pass every public case), and through
+  the grader such an answer loses the points it keeps without the hidden cases;
+* an answer hard-coded to the public cases (their reference results looked up by the arguments) passes them and
+  fails the hidden ones, for every exercise that calls the student's function on the case's arguments.
 """
 from __future__ import annotations
 
+import pickle
 import time
 
 import numpy as np
@@ -24,7 +28,7 @@ from tests.test_trusted_verdicts import _cells
 
 HIDDEN_PATH = ROOT / "solutions" / verdicts.HIDDEN_FILE
 HIDDEN = verdicts.load_hidden(HIDDEN_PATH)
-COVERED_LABS = ("01", "02", "03", "04", "05", "06", "07", "08", "10", "11")
+COVERED_LABS = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "10", "11")
 SOLUTION = {e.id: (sol, src) for sol, e, src, _ in ALL}
 IDS = sorted(HIDDEN)
 SEEDS = range(5)
@@ -141,6 +145,14 @@ CANDIDATES = "np.asarray(score_row)[:max(t - window + 1, 0)]"
 
 # exercise -> [(what is wrong, [(text in the solution's exercise cell, replacement), ...])]
 WRONG = {
+    "00.1": [("numpy's int64 product (wraps past 2^63; the public results stay below 2^23)",
+              [("return 2 * n_attn * n_kv_heads * d_head * bytes_per_elem",
+                "return int(np.prod([2, n_attn, n_kv_heads, d_head, bytes_per_elem]))")]),
+             ("float arithmetic (per query head, over the group size: a float, rounded past 2^53)",
+              [("return 2 * n_attn * n_kv_heads * d_head * bytes_per_elem",
+                "return 2 * n_attn * n_heads * d_head * bytes_per_elem / (n_heads / n_kv_heads)")])],
+    "00.2": [("L* clamped to at least one token (every public L* is above 100)",
+              [("return params / (n_attn * d_model)", "return max(1.0, params / (n_attn * d_model))")])],
     "03.3": [("one eviction too many on an exact fit (<= instead of <)",
               [("while freed < bytes_to_free", "while freed <= bytes_to_free")]),
              ("tied scores: the higher id, not the deeper node",
@@ -231,7 +243,8 @@ def _public_passing_seed(ex_id, fn, ns):
     return None
 
 
-GRADER_CASES = [w for w in WRONG_CASES if w[1].startswith(("one eviction", "numpy's default", "its own", "window"))]
+GRADER_CASES = [w for w in WRONG_CASES if w[1].startswith(("one eviction", "numpy's default", "its own", "window",
+                                                          "numpy's int64"))]
 
 
 @pytest.mark.parametrize("ex_id, what, pairs", GRADER_CASES, ids=[f"{e}-{w}" for e, w, _ in GRADER_CASES])
@@ -272,3 +285,27 @@ def test_the_exact_fit_cases_ask_for_exactly_one_victim():
             for r in c.kwargs["trace"]:
                 cache.serve(r)
             assert calls and calls[0][0] == calls[0][1] > 0, (seed, c.name, calls)
+
+
+# ------------------------------------------------------------------------------- (c) an answer fitted to the public
+def _hard_coded(ex_id: str, public: list):
+    """The public cases' reference results, looked up by the arguments the function is called with; 0 otherwise."""
+    wants = framework.reference_results(get(ex_id), public)
+    table = {pickle.dumps((c.args, c.kwargs)): w for c, w in zip(public, wants)}
+
+    def hard_coded(*args, **kwargs):
+        return table.get(pickle.dumps((args, kwargs)), 0)
+    return hard_coded
+
+
+DIRECT = [e for e in IDS if get(e).run is None]         # the others call the function from inside a run (a cache's hook)
+
+
+@pytest.mark.parametrize("ex_id", DIRECT)
+def test_an_answer_hard_coded_to_the_public_cases_fails_the_hidden_ones(ex_id):
+    for seed in SEEDS:
+        public, hidden = _cases(ex_id, seed)
+        fn = _hard_coded(ex_id, public)
+        assert _judge(ex_id, fn, {}, public, seed).passed, f"{ex_id} seed {seed}: the table misses a public case"
+        v = _judge(ex_id, fn, {}, hidden, seed)
+        assert v.status == "fail" and v.details[0].startswith('case "hidden: '), (ex_id, seed, v.details[:1])

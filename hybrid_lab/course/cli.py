@@ -3,6 +3,7 @@
     hybrid-lab open                      # JupyterLab on labs/ (adds --allow-root when run as root)
     hybrid-lab grade labs/01_x.ipynb     # per-exercise table, exit 1 if anything fails
     hybrid-lab grade subs/ --lab 01 --csv book.csv --feedback fb/ -j 2     # a class (classgrade.py)
+    hybrid-lab grade subs/ --lab 01 --roster r.csv --gradebook gb.csv --exports lms/   # the course (gradebook.py)
     hybrid-lab build [--force]           # regenerate labs/ from solutions/ (lecturers)
     hybrid-lab build --mode assignment --out DIR                           # assignments (release.py)
     hybrid-lab check                     # every solution executed, every lab in sync?
@@ -136,11 +137,25 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("open", help="start JupyterLab on labs/ (or --solutions); other arguments go to jupyter lab")
     p.add_argument("--solutions", action="store_true", help="open solutions/ instead of labs/")
-    p = sub.add_parser("grade", help="grade a lab notebook against solutions/, or a class of them")
+    p = sub.add_parser("grade", help="grade a lab notebook against solutions/, or a class of them",
+                       description="Grade one notebook (a table, exit 1 if an exercise fails), or a class: a folder "
+                       "of submissions of one lab. A course: grade each lab's folder into the same --gradebook "
+                       "with the same --roster; each run adds that lab's columns (a rerun replaces them) and "
+                       "--exports rewrites the Gradescope / Canvas / Moodle files from the whole gradebook. Never "
+                       "stopped by one submission: duplicates (the newest is graded), files no roster entry "
+                       "matches, students with no submission and changed exercise headers are flagged.")
     p.add_argument("paths", nargs="+", metavar="SUBMISSION")
     p.add_argument("-x", "--fail-fast", action="store_true", help="stop at the first failing exercise")
     p.add_argument("--lab", help="the lab number (01 ...) when the file names do not start with it")
-    p.add_argument("--csv", help="class grading: the gradebook to write")
+    p.add_argument("--csv", help="class grading: this lab's CSV to write (file names relative to SUBMISSION)")
+    p.add_argument("--roster", help="class grading: a CSV with the columns id, name, email, pattern (a shell pattern "
+                                    "matched against the file name, e.g. *oneil*; empty: *ID*)")
+    p.add_argument("--gradebook", help="class grading: the course gradebook CSV (a row per student, a column per "
+                                       "exercise and lab, totals); this lab is added to it or replaced in it, its "
+                                       "results kept beside it as the same name .json")
+    p.add_argument("--exports", metavar="DIR",
+                   help="class grading: write DIR/gradescope/LAB/STUDENT/results.json, DIR/canvas.csv and "
+                        "DIR/moodle.csv (grade-import files; their rows are the roster's students)")
     p.add_argument("--feedback", help="class grading: a folder for one feedback file per student")
     p.add_argument("-j", "--jobs", type=int, help="class grading: submissions at once (default: all cores)")
     p.add_argument("--timeout", type=int, help="seconds per cell (default 300; class grading 120)")
@@ -183,18 +198,20 @@ def _parser() -> argparse.ArgumentParser:
 def _grade(a) -> int:
     """One notebook (no --csv / --feedback): the per-exercise table, exit 1 if anything fails. Several, or a folder:
     class grading (classgrade.py), exit 1 unless every submission scored full marks."""
-    single = len(a.paths) == 1 and not Path(a.paths[0]).is_dir() and not a.csv and not a.feedback
-    if single:
+    single = (len(a.paths) == 1 and not Path(a.paths[0]).is_dir() and not a.csv and not a.feedback and not a.roster
+              and not a.gradebook and not a.exports)
+    if single:      # a class's worker (--json): a changed exercise header loses only that exercise
         rows = course.grade(a.paths[0], fail_fast=a.fail_fast, quiet=bool(a.json), timeout=a.timeout or 300,
                             lab=a.lab, unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases,
-                            require_sandbox=a.require_sandbox)
+                            require_sandbox=a.require_sandbox, partial=bool(a.json))
         if a.json:       # class grading's worker: the rows for the parent process
             Path(a.json).write_text(json.dumps([dataclasses.asdict(r) for r in rows]))
         return 0 if all(r.passed for r in rows) else 1
     results = classgrade.grade_class(a.paths, a.lab or classgrade.common_lab(a.paths), csv_path=a.csv,
                                      feedback=a.feedback, jobs=a.jobs, cell_timeout=a.timeout or 120,
                                      time_limit=a.time_limit or 900, memory_mb=a.memory_mb or 8192,
-                                     unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases)
+                                     unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases, roster=a.roster,
+                                     gradebook=a.gradebook, exports=a.exports)
     return 0 if all(r.status == "graded" and r.total == r.max_points for r in results) else 1
 
 

@@ -371,8 +371,12 @@ def normalize_outputs(nb, name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- grading
-def merge_student(student_nb, sol_nb, name: str = "the notebook"):
-    """The solution notebook with the student's exercise cells swapped in (matched by exercise id)."""
+def merge_student(student_nb, sol_nb, name: str = "the notebook", missing: list | None = None):
+    """The solution notebook with the student's exercise cells swapped in (matched by exercise id).
+
+    An exercise whose header line the student changed (or whose cell they deleted) is a CourseError; with a list as
+    ``missing`` (class grading) its cell gets the lab's stub instead, its id is appended to ``missing`` and only
+    that exercise is lost."""
     merged = copy.deepcopy(sol_nb)
     theirs = {}
     for cell in student_nb.cells:
@@ -385,18 +389,21 @@ def merge_student(student_nb, sol_nb, name: str = "the notebook"):
                                   f"other or change its first line) and grade again")
             theirs[m["id"]] = cell_source(cell)
     exs = exercises(sol_nb)
-    missing = [e for e in exs if e.id not in theirs]
-    if exs and len(missing) == len(exs):
+    if exs and not any(e.id in theirs for e in exs):
         raise CourseError(f"{name} is not a lab notebook: no cell starts with '# Exercise {exs[0].id} ...'; grade "
                           f"your copy of the lab, e.g. {example_lab()}")
     code = [c for c in merged.cells if c.cell_type == "code"]
-    if missing:
-        e = missing[0]
-        line = cell_source(code[e.cell]).lstrip().splitlines()[0]
+    lost = [e for e in exs if e.id not in theirs]
+    if lost and missing is None:
+        line = cell_source(code[lost[0].cell]).lstrip().splitlines()[0]
         raise CourseError(f"{name}: no cell starts with '{line}' (the line was changed or the cell deleted); put that "
                           f"line back at the top of the exercise cell")
     for ex in exs:
-        code[ex.cell].source = theirs[ex.id]
+        if ex.id in theirs:
+            code[ex.cell].source = theirs[ex.id]
+        else:     # never the solution's code: the stub, which fails as "not done yet"
+            missing.append(ex.id)
+            code[ex.cell].source = stub_source(cell_source(code[ex.cell]), ex)
     return merged
 
 
@@ -647,6 +654,10 @@ class Row:
     def not_done(self) -> bool:
         return self.message.startswith("not done yet")
 
+    @property
+    def needs_triton(self) -> bool:                # not run here (no Triton on macOS / Windows): 0 points, not FAIL
+        return self.message.startswith("needs Triton")
+
 
 def _stub_of(err) -> str | None:
     """The exercise id of a stub's NotImplementedError("Exercise NN.K: title"), else None. Also when another
@@ -712,7 +723,7 @@ def _verdict(ex, cells, runs, ref_nb, where, trusted=None) -> Row:
                 fails.append((f"{place} raised {run.error[0]}: {run.error[1]}", []))
     row.notes.sort(key=lambda n: "Warning" not in n)  # warnings first, then what the student's code printed
     if ex is not None and verdict is not None:
-        if verdict["status"] == "not_done":
+        if verdict["status"] in ("not_done", "needs_triton"):
             fails.insert(0, (verdict["message"], []))
         elif verdict["status"] == "fail" and verdict.get("cell"):        # "your exercise cell raised ...": where
             fails.insert(0, (verdict["message"].replace("your exercise cell", verdict["place"], 1),
@@ -736,7 +747,7 @@ NO_SANDBOX = "not sandboxed"
 
 def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: int = 300,
           lab: str | None = None, unsafe: bool | None = None, seed: int | None = None,
-          hidden=None, require_sandbox: bool = False) -> list[Row]:
+          hidden=None, require_sandbox: bool = False, partial: bool = False) -> list[Row]:
     """Grade a student's notebook against solutions/ (lab ``lab``, e.g. "01", else found from the file name).
     Returns one Row per exercise (and a 'setup' row on failure). ``timeout``: seconds per cell.
 
@@ -746,7 +757,9 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
     per exercise) plus the lecturer's hidden cases (``hidden``: a file, default ``solutions/hidden_cases.py``).
     Without bubblewrap (macOS, Windows): a student grading their own notebook gets one line saying so and the
     grade runs unsandboxed (a separate process and the audit hook); ``require_sandbox`` (class grading: other
-    people's code) refuses with a CourseError instead, unless ``unsafe`` (None: ``HYBRID_LAB_GRADE_UNSAFE=1``)."""
+    people's code) refuses with a CourseError instead, unless ``unsafe`` (None: ``HYBRID_LAB_GRADE_UNSAFE=1``).
+    ``partial`` (class grading): an exercise whose header line was changed scores 0 with a row saying so, the
+    others are graded (else the whole notebook is a CourseError naming the line)."""
     from hybrid_lab.core import sandbox
     from hybrid_lab.exercises import verdicts
     from hybrid_lab.exercises import framework
@@ -772,7 +785,8 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
     student = read_notebook(student_path)
     sol_path = solution_path_for(student_path, lab)
     sol = read_notebook(sol_path)
-    merged = merge_student(student, sol, name=shown(student_path))
+    lost = [] if partial else None
+    merged = merge_student(student, sol, name=shown(student_path), missing=lost)
     exs = exercises(sol)
     code_at = [i for i, c in enumerate(sol.cells) if c.cell_type == "code"]
     bounds = [e.cell for e in exs] + [len(code_at)]
@@ -823,6 +837,10 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
                 judge_exercise(n)
     for ex, cells in ranges:
         row = _verdict(ex, cells, runs, sol, where, trusted)
+        if ex is not None and lost and ex.id in lost:
+            row.passed, row.details = False, []
+            row.message = (f"no cell starts with '{cell_source(sol.cells[cells[0]]).lstrip().splitlines()[0]}' "
+                           f"(the line was changed or the cell deleted): graded as not done")
         if ex is not None or not row.passed:
             rows.append(row)
     if not quiet:
@@ -838,7 +856,7 @@ def format_table(rows, name: str = "") -> str:
     lines = [f"{'exercise':<{w}}  points  result  what the check says (Cell n/N: as JupyterLab's status bar "
              f"numbers the selected cell)", f"{'-' * w}  ------  ------  {'-' * 40}"]
     for r in rows:
-        lines.append(f"{r.exercise:<{w}}  {r.points:>6}  {'PASS' if r.passed else 'FAIL':<6}  {r.message}".rstrip())
+        lines.append(f"{r.exercise:<{w}}  {r.points:>6}  {'PASS' if r.passed else 'NEEDS' if r.needs_triton else 'FAIL':<6}  {r.message}".rstrip())
         lines += [pad + "  " + d for d in r.details]
         if r.notes:
             more = f" (+{len(r.notes) - 4} more lines)" if len(r.notes) > 4 else ""
@@ -846,9 +864,13 @@ def format_table(rows, name: str = "") -> str:
             lines += [pad + "  " + n for n in r.notes[:4]]
     n_pass = sum(r.passed for r in rows if r.exercise != "setup")
     n_todo = sum(r.not_done for r in rows)
-    n_fail = sum(not r.passed for r in rows) - n_todo
-    verdict = "all exercises pass" if all(r.passed for r in rows) else "FAILED"
-    lines.append(f"score: {got}/{total} points ({n_pass} pass, {n_fail} fail, {n_todo} not done yet); {verdict}"
+    n_triton = sum(r.needs_triton for r in rows)
+    n_fail = sum(not r.passed for r in rows) - n_todo - n_triton
+    verdict = ("all exercises pass" if all(r.passed for r in rows) else
+               "the exercises that run here pass; grade the rest where Triton runs"
+               if all(r.passed or r.needs_triton for r in rows) else "FAILED")
+    lines.append(f"score: {got}/{total} points ({n_pass} pass, {n_fail} fail, {n_todo} not done yet"
+                 + (f", {n_triton} need Triton" if n_triton else "") + f"); {verdict}"
                  + (f" [{name}]" if name else ""))
     return "\n".join(lines)
 

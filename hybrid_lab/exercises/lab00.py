@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hybrid_lab.costs import ledger
 from hybrid_lab.costs.shape7b import HybridLayout
 from hybrid_lab.exercises.framework import Case, Exercise, compare_values, register
@@ -18,7 +20,9 @@ def kv_bytes_per_token_reference(n_attn, n_heads, n_kv_heads, d_head, bytes_per_
     return ledger.kv_bytes_per_token(m)
 
 
-def _kv_case(rng, name, n_attn=None, n_heads=None, n_kv_heads=None, d_head=None, b=None):
+def kv_case(rng, name, n_attn=None, n_heads=None, n_kv_heads=None, d_head=None, b=None):
+    """One 00.1 case; what is not given is drawn from the public ranges (GQA groups of 2, 4 or 8 query heads; given
+    n_heads alone: MHA)."""
     n_attn = int(rng.integers(1, 65)) if n_attn is None else n_attn
     if n_heads is None:                                        # GQA: at least 2 query heads per KV head
         n_kv_heads = int(rng.choice([1, 2, 4, 8])) if n_kv_heads is None else n_kv_heads
@@ -32,15 +36,29 @@ def _kv_case(rng, name, n_attn=None, n_heads=None, n_kv_heads=None, d_head=None,
 
 
 def _kv_cases(rng):
-    return ([_kv_case(rng, "random GQA") for _ in range(4)]
-            + [_kv_case(rng, "MHA (n_kv_heads = n_heads)", n_heads=int(rng.choice([8, 16, 32]))),
-               _kv_case(rng, "MQA (one KV head)", n_kv_heads=1),
-               _kv_case(rng, "no attention layers (pure SSM)", n_attn=0),
-               _kv_case(rng, "FP8 (1 byte)", b=1),
-               _kv_case(rng, "Transformer 7B", 32, 32, 32, 128, 2)])
+    return ([kv_case(rng, "random GQA") for _ in range(4)]
+            + [kv_case(rng, "MHA (n_kv_heads = n_heads)", n_heads=int(rng.choice([8, 16, 32]))),
+               kv_case(rng, "MQA (one KV head)", n_kv_heads=1),
+               kv_case(rng, "no attention layers (pure SSM)", n_attn=0),
+               kv_case(rng, "FP8 (1 byte)", b=1),
+               kv_case(rng, "Transformer 7B", 32, 32, 32, 128, 2)])
 
 
-register(Exercise("00.1", "kv_bytes_per_token", kv_bytes_per_token_reference, _kv_cases,
+def _compare_bytes(got, want, case):
+    """The default comparison below 2^63; from there on (where it holds no integer) the value exactly, as an int
+    or as a float (a float rounds there: the exercise asks for an int)."""
+    if abs(want) < 2 ** 63:
+        return compare_values(got, want)
+    if isinstance(got, (int, np.integer)) and not isinstance(got, (bool, np.bool_)):
+        ok = int(got) == want
+    elif isinstance(got, (float, np.floating)):
+        ok = float(got) == want                         # Python compares an int and a float exactly
+    else:
+        return f"the result is {got!r}, expected an int"
+    return None if ok else f"the result is wrong: got {got!r}, expected {want} (exactly)"
+
+
+register(Exercise("00.1", "kv_bytes_per_token", kv_bytes_per_token_reference, _kv_cases, compare=_compare_bytes,
                   forbidden=("hybrid_lab.costs.ledger:kv_bytes_per_token",
                              "hybrid_lab.costs.shape7b:HybridLayout.kv_bytes_per_token")))
 
@@ -55,7 +73,8 @@ def quadratic_crossover_reference(params, n_attn, d_model):
     return params / (n_attn * d_model)
 
 
-def _cross_case(rng, name, params=None, n_attn=None, d_model=None):
+def cross_case(rng, name, params=None, n_attn=None, d_model=None):
+    """One 00.2 case; what is not given is drawn from the public ranges."""
     params = int(rng.integers(10 ** 8, 10 ** 11)) if params is None else params
     n_attn = int(rng.integers(1, 97)) if n_attn is None else n_attn
     d_model = int(rng.choice([1024, 2048, 3072, 4096, 5120, 8192])) if d_model is None else d_model
@@ -63,11 +82,11 @@ def _cross_case(rng, name, params=None, n_attn=None, d_model=None):
 
 
 def _cross_cases(rng):
-    return ([_cross_case(rng, "random") for _ in range(4)]
-            + [_cross_case(rng, "one attention layer", n_attn=1),
-               _cross_case(rng, "no attention layers (pure SSM)", n_attn=0),
-               _cross_case(rng, "hybrid 7B", ledger.HYBRID_7B.params, ledger.HYBRID_7B.n_attn,
-                           ledger.HYBRID_7B.d_model)])
+    return ([cross_case(rng, "random") for _ in range(4)]
+            + [cross_case(rng, "one attention layer", n_attn=1),
+               cross_case(rng, "no attention layers (pure SSM)", n_attn=0),
+               cross_case(rng, "hybrid 7B", ledger.HYBRID_7B.params, ledger.HYBRID_7B.n_attn,
+                          ledger.HYBRID_7B.d_model)])
 
 
 def _compare_crossover(got, want, case):

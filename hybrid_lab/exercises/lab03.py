@@ -21,34 +21,39 @@ NO_EVICTION = 1e15
 
 
 # ------------------------------------------------------------------------------------------ traces
-def _seg(rng, n, k):
+def segment(rng, n, k):
     """n random token ids from the k-th block of 1,000 ids: segments with different k never share a first token."""
     return rng.integers(1000 * k, 1000 * k + 1000, int(n)).astype(np.int32)
 
 
-def _random_trace(rng, vocab=4):
-    """6-16 requests over a tiny vocabulary: new requests, follow-up turns, and requests that share a random cut of
-    an earlier sequence (branch points inside edges and at node ends)."""
+def random_trace(rng, vocab=4, n=None, kinds=("new", "follow", "share"), follow_len=(1, 7), new_len=(1, 11),
+                 output_len=(0, 6)):
+    """n requests (None: 6-16) over a tiny vocabulary: new requests, follow-up turns, and requests that share a
+    random cut of an earlier sequence (branch points inside edges and at node ends). Each request's kind is drawn
+    uniformly from ``kinds`` (repeat a kind to weight it); ``follow_len``, ``new_len`` and ``output_len`` are the
+    [low, high) ranges of a follow-up's added tokens, a new or shared request's own tokens and the output. The
+    defaults make the public cases' traces."""
     seqs, turns, out = {}, {}, []
-    for _ in range(int(rng.integers(6, 17))):
-        kind = rng.choice(["new", "follow", "share"]) if seqs else "new"
+    for _ in range(int(rng.integers(6, 17)) if n is None else n):
+        kind = rng.choice(kinds) if seqs else "new"
         if kind == "follow":
             s = int(rng.choice(sorted(seqs)))
-            inp = np.concatenate([seqs[s], rng.integers(0, vocab, int(rng.integers(1, 7)))])
+            inp = np.concatenate([seqs[s], rng.integers(0, vocab, int(rng.integers(*follow_len)))])
         else:
             s = len(turns)
             turns[s] = 0
             base = seqs[int(rng.choice(sorted(seqs)))] if kind == "share" else np.zeros(0, np.int64)
             inp = np.concatenate([base[: int(rng.integers(0, len(base) + 1))],
-                                  rng.integers(0, vocab, int(rng.integers(1, 11)))])
-        r = Request(s, turns[s], inp.astype(np.int32), rng.integers(0, vocab, int(rng.integers(0, 6))).astype(np.int32))
+                                  rng.integers(0, vocab, int(rng.integers(*new_len)))])
+        r = Request(s, turns[s], inp.astype(np.int32),
+                    rng.integers(0, vocab, int(rng.integers(*output_len))).astype(np.int32))
         out.append(r)
         turns[s] += 1
         seqs[s] = r.tokens
     return out
 
 
-def _describe(trace) -> str:
+def describe_trace(trace) -> str:
     return f"{len(trace)} requests, inputs of {min(r.n_input for r in trace)}-{max(r.n_input for r in trace)} tokens"
 
 
@@ -109,42 +114,42 @@ def _compare_admit(got, want, case):
 
 
 def _admit_cases(rng):
-    cases = [Case("random trace", kwargs={"trace": tr, "capacity": NO_EVICTION}, note=_describe(tr))
-             for tr in (_random_trace(rng) for _ in range(2))]
-    tr = _random_trace(rng)
+    cases = [Case("random trace", kwargs={"trace": tr, "capacity": NO_EVICTION}, note=describe_trace(tr))
+             for tr in (random_trace(rng) for _ in range(2))]
+    tr = random_trace(rng)
     cap = int(rng.integers(2, 5)) * STATE + int(rng.integers(0, 100)) * KV
     cases.append(Case("random trace, under eviction", kwargs={"trace": tr, "capacity": cap},
-                      note=f"{_describe(tr)}, capacity {cap:,} B"))
+                      note=f"{describe_trace(tr)}, capacity {cap:,} B"))
 
     def trace_case(name, trace, note=""):
-        return Case(name, kwargs={"trace": trace, "capacity": NO_EVICTION}, note=note or _describe(trace))
+        return Case(name, kwargs={"trace": trace, "capacity": NO_EVICTION}, note=note or describe_trace(trace))
 
     def n(lo, hi):
         return int(rng.integers(lo, hi))
 
-    one = Request(0, 0, _seg(rng, n(5, 40), 0), _seg(rng, n(1, 20), 1))
+    one = Request(0, 0, segment(rng, n(5, 40), 0), segment(rng, n(1, 20), 1))
     cases.append(trace_case("empty tree (one request)", [one]))
     lens = {"len_s": n(5, 60), "len_d": n(20, 300), "len_q": n(2, 30), "len_a": n(1, 40), "len_f": n(1, 20)}
     ex3 = exercise3_trace(**lens, seed=n(0, 10 ** 6), vocab=1000)
     cases.append(trace_case("lecture exercise 3 (shared S + D)", ex3,
                             note=", ".join(f"{k[4:]}={v}" for k, v in lens.items())))
-    P = _seg(rng, n(5, 40), 0)
-    a, b = _seg(rng, n(1, 10), 1), _seg(rng, n(1, 10), 2)
+    P = segment(rng, n(5, 40), 0)
+    a, b = segment(rng, n(1, 10), 1), segment(rng, n(1, 10), 2)
     cases.append(trace_case("the same prompt again (m = n_input)",
                             [Request(0, 0, P, a), Request(1, 0, P, a), Request(2, 0, P, b)],
                             note=f"|prompt| = {len(P)}, answers of {len(a)} and {len(b)} tokens"))
-    q1, q2 = _seg(rng, n(1, 10), 3), _seg(rng, n(1, 10), 4)
+    q1, q2 = segment(rng, n(1, 10), 3), segment(rng, n(1, 10), 4)
     cases.append(trace_case("branch exactly at an edge end (a node without, then with a state)",
                             [Request(0, 0, P, a), Request(1, 0, P, b), Request(2, 0, np.r_[P, q1], a),
                              Request(3, 0, np.r_[P, q2], b)],
                             note=f"|P| = {len(P)}: P + answer, P + another answer, P + q1, P + q2"))
-    x = Request(0, 0, _seg(rng, n(5, 40), 0), _seg(rng, n(1, 20), 1))
-    y = Request(0, 1, np.r_[x.tokens, _seg(rng, n(1, 10), 2)], _seg(rng, n(1, 20), 3))
-    z = Request(0, 2, np.r_[y.tokens, _seg(rng, n(1, 10), 4)], _seg(rng, n(1, 20), 5))
+    x = Request(0, 0, segment(rng, n(5, 40), 0), segment(rng, n(1, 20), 1))
+    y = Request(0, 1, np.r_[x.tokens, segment(rng, n(1, 10), 2)], segment(rng, n(1, 20), 3))
+    z = Request(0, 2, np.r_[y.tokens, segment(rng, n(1, 10), 4)], segment(rng, n(1, 20), 5))
     cases.append(trace_case("next turns of a conversation (the walk ends at a leaf)", [x, y, z]))
-    S = _seg(rng, n(5, 40), 0)
+    S = segment(rng, n(5, 40), 0)
     cases.append(trace_case("no output tokens (n_tokens = n_input)",
-                            [Request(k, 0, np.r_[S, _seg(rng, n(1, 10), k + 1)]) for k in range(3)]))
+                            [Request(k, 0, np.r_[S, segment(rng, n(1, 10), k + 1)]) for k in range(3)]))
     n_in = n(5, 50)
     m, out = n(1, n_in), n(0, 30)
     cases.append(Case("walk ends at a leaf without a state (unit)", (n_in, n_in + out, m, False, 0, False)))
@@ -165,7 +170,7 @@ def eviction_score_reference(last_access, saved_flops, nbytes, alpha, now):
     return eviction_scores(last_access, saved_flops, nbytes, alpha, now=now)
 
 
-def _score_case(rng, name, n=None, alpha=None, zero_bytes=False, same_time=False, same_eff=False, now_gap=None):
+def score_case(rng, name, n=None, alpha=None, zero_bytes=False, same_time=False, same_eff=False, now_gap=None):
     n = int(rng.integers(2, 13)) if n is None else n
     t = np.full(n, float(rng.integers(0, 100))) if same_time else rng.permutation(100)[:n].astype(float)
     now = float(t.max() + (rng.integers(1, 5) if now_gap is None else now_gap))
@@ -178,13 +183,13 @@ def _score_case(rng, name, n=None, alpha=None, zero_bytes=False, same_time=False
 
 
 def _score_cases(rng):
-    return ([_score_case(rng, "random") for _ in range(4)]
-            + [_score_case(rng, "a node holding 0 bytes", zero_bytes=True),
-               _score_case(rng, "every node used at the same time (constant recency)", same_time=True),
-               _score_case(rng, "equal FLOPs per byte (constant efficiency)", same_eff=True),
-               _score_case(rng, "alpha = 0 (LRU)", alpha=0.0), _score_case(rng, "one node", n=1),
-               _score_case(rng, "large alpha (100)", alpha=100.0),
-               _score_case(rng, "now long after the last access (ages >> 1)", now_gap=50)])
+    return ([score_case(rng, "random") for _ in range(4)]
+            + [score_case(rng, "a node holding 0 bytes", zero_bytes=True),
+               score_case(rng, "every node used at the same time (constant recency)", same_time=True),
+               score_case(rng, "equal FLOPs per byte (constant efficiency)", same_eff=True),
+               score_case(rng, "alpha = 0 (LRU)", alpha=0.0), score_case(rng, "one node", n=1),
+               score_case(rng, "large alpha (100)", alpha=100.0),
+               score_case(rng, "now long after the last access (ages >> 1)", now_gap=50)])
 
 
 register(Exercise("03.2", "eviction_score", eviction_score_reference, _score_cases, axes={"result": ("node",)},
@@ -228,7 +233,7 @@ def _compare_evict(got, want, case):
     return None
 
 
-def _evict_case(name, trace, capacity, alpha, note=""):
+def evict_case(name, trace, capacity, alpha, note=""):
     return Case(name, kwargs={"trace": trace, "capacity": capacity, "alpha": alpha},
                 note=(note + "; " if note else "") + f"capacity {capacity:,} B, alpha {alpha:g}")
 
@@ -244,75 +249,76 @@ def _evict_cases(rng):
     cases = []
     for name, alpha in (("random trace, alpha = 0 (LRU)", 0.0), ("random trace, alpha > 0", None),
                         ("random trace, alpha > 0", None)):
-        tr = _random_trace(rng)
+        tr = random_trace(rng)
         cap = n(1, 5) * STATE + n(0, 100) * KV
         alpha = float(rng.uniform(0.1, 3.0)) if alpha is None else alpha
-        cases.append(_evict_case(name, tr, cap, alpha, _describe(tr)))
+        cases.append(evict_case(name, tr, cap, alpha, describe_trace(tr)))
 
     # P + x, then P + y (a branch at P): x goes first (oldest); then the branch node and y's leaf tie in recency
     p, ax, ay = n(10, 60), n(2, 20), n(25, 60)
-    P = _seg(rng, p, 0)
-    tr = [Request(0, 0, np.r_[P, _seg(rng, ax - 1, 1)], _seg(rng, 1, 2)),
-          Request(1, 0, np.r_[P, _seg(rng, ay - 5, 3)], _seg(rng, 5, 4))]
-    cases.append(_evict_case("alpha = 0, a tie in recency (a branch node and its new leaf)", tr,
-                             _bytes(p + ax, 1), 0.0, f"|P| = {p}, tails of {ax} and {ay} tokens"))
+    P = segment(rng, p, 0)
+    tr = [Request(0, 0, np.r_[P, segment(rng, ax - 1, 1)], segment(rng, 1, 2)),
+          Request(1, 0, np.r_[P, segment(rng, ay - 5, 3)], segment(rng, 5, 4))]
+    cases.append(evict_case("alpha = 0, a tie in recency (a branch node and its new leaf)", tr,
+                            _bytes(p + ax, 1), 0.0, f"|P| = {p}, tails of {ax} and {ay} tokens"))
 
     # the branch node at P is the least recently used node, but it has two children
-    x = Request(0, 0, np.r_[P, _seg(rng, n(2, 10), 1)], _seg(rng, n(1, 10), 2))
-    y = Request(1, 0, np.r_[P, _seg(rng, n(2, 10), 3)], _seg(rng, n(1, 10), 4))
-    y2 = Request(1, 1, np.r_[y.tokens, _seg(rng, n(1, 10), 5)], _seg(rng, n(1, 10), 6))
-    x2 = Request(0, 1, np.r_[x.tokens, _seg(rng, n(1, 10), 7)], _seg(rng, n(1, 10), 8))
-    Q = Request(2, 0, _seg(rng, n(20, 80), 9), _seg(rng, n(1, 10), 10))
+    x = Request(0, 0, np.r_[P, segment(rng, n(2, 10), 1)], segment(rng, n(1, 10), 2))
+    y = Request(1, 0, np.r_[P, segment(rng, n(2, 10), 3)], segment(rng, n(1, 10), 4))
+    y2 = Request(1, 1, np.r_[y.tokens, segment(rng, n(1, 10), 5)], segment(rng, n(1, 10), 6))
+    x2 = Request(0, 1, np.r_[x.tokens, segment(rng, n(1, 10), 7)], segment(rng, n(1, 10), 8))
+    Q = Request(2, 0, segment(rng, n(20, 80), 9), segment(rng, n(1, 10), 10))
     held = _bytes(len(x2.tokens) + len(y2.tokens) - p, 5)
-    cases.append(_evict_case("alpha = 0, a branch point older than its children", [x, y, y2, x2, Q], held, 0.0,
-                             f"|P| = {p}"))
+    cases.append(evict_case("alpha = 0, a branch point older than its children", [x, y, y2, x2, Q], held, 0.0,
+                            f"|P| = {p}"))
 
     # after P + x, P + y, a long Q must free the branch node at P too, which becomes a candidate only once x and y
     # are gone
-    x = Request(0, 0, np.r_[P, _seg(rng, n(2, 10), 1)], _seg(rng, n(1, 10), 2))
-    y = Request(1, 0, np.r_[P, _seg(rng, n(2, 10), 3)], _seg(rng, n(1, 10), 4))
+    x = Request(0, 0, np.r_[P, segment(rng, n(2, 10), 1)], segment(rng, n(1, 10), 2))
+    y = Request(1, 0, np.r_[P, segment(rng, n(2, 10), 3)], segment(rng, n(1, 10), 4))
     tails = len(x.tokens) + len(y.tokens) - 2 * p
     q = tails + STATE // KV + n(20, min(200, p + 300))
-    Q = Request(2, 0, _seg(rng, q - 5, 9), _seg(rng, 5, 10))
-    cases.append(_evict_case("alpha = 0, a branch point becomes a candidate once its leaves are gone", [x, y, Q],
-                             _bytes(p + tails, 3) + n(0, 10) * KV, 0.0, f"|P| = {p}, |Q| = {q}"))
+    Q = Request(2, 0, segment(rng, q - 5, 9), segment(rng, 5, 10))
+    cases.append(evict_case("alpha = 0, a branch point becomes a candidate once its leaves are gone", [x, y, Q],
+                            _bytes(p + tails, 3) + n(0, 10) * KV, 0.0, f"|P| = {p}, |Q| = {q}"))
 
     # A, A + f, A + f + g: A (one child) is the least recently used: only its state goes
-    A = Request(0, 0, _seg(rng, n(10, 60), 0), _seg(rng, n(1, 10), 1))
-    A2 = Request(0, 1, np.r_[A.tokens, _seg(rng, n(1, 10), 2)], _seg(rng, n(1, 10), 3))
-    A3 = Request(0, 2, np.r_[A2.tokens, _seg(rng, n(1, 10), 4)], _seg(rng, n(1, 10), 5))
-    cases.append(_evict_case("alpha = 0, an intermediate node gives up its state", [A, A2, A3],
-                             _bytes(len(A3.tokens), 3) - n(1, 1000), 0.0, f"|A| = {A.n_input}"))
+    A = Request(0, 0, segment(rng, n(10, 60), 0), segment(rng, n(1, 10), 1))
+    A2 = Request(0, 1, np.r_[A.tokens, segment(rng, n(1, 10), 2)], segment(rng, n(1, 10), 3))
+    A3 = Request(0, 2, np.r_[A2.tokens, segment(rng, n(1, 10), 4)], segment(rng, n(1, 10), 5))
+    cases.append(evict_case("alpha = 0, an intermediate node gives up its state", [A, A2, A3],
+                            _bytes(len(A3.tokens), 3) - n(1, 1000), 0.0, f"|A| = {A.n_input}"))
 
     # a long prefix, then two short ones: LRU would drop the long one, FLOP efficiency keeps it
-    L = Request(0, 0, _seg(rng, n(1500, 2500), 0), _seg(rng, 10, 1))
+    L = Request(0, 0, segment(rng, n(1500, 2500), 0), segment(rng, 10, 1))
     s = n(10, 40)
-    S1, S2 = Request(1, 0, _seg(rng, s, 2), _seg(rng, 5, 3)), Request(2, 0, _seg(rng, s, 4), _seg(rng, 5, 5))
-    cases.append(_evict_case("alpha = 2, a long prefix outlives a more recent short one", [L, S1, S2],
-                             _bytes(len(L.tokens) + 2 * (s + 5), 3) - n(1, 1000), 2.0,
-                             f"|long| = {L.n_input}, |short| = {s}"))
+    S1 = Request(1, 0, segment(rng, s, 2), segment(rng, 5, 3))
+    S2 = Request(2, 0, segment(rng, s, 4), segment(rng, 5, 5))
+    cases.append(evict_case("alpha = 2, a long prefix outlives a more recent short one", [L, S1, S2],
+                            _bytes(len(L.tokens) + 2 * (s + 5), 3) - n(1, 1000), 2.0,
+                            f"|long| = {L.n_input}, |short| = {s}"))
 
     # a long prefix, a short follow-up of it, then a medium request: the follow-up's leaf saves little relative to
     # its parent (the long prefix is reused anyway)
-    L2 = Request(0, 1, np.r_[L.tokens, _seg(rng, n(3, 10), 6)], _seg(rng, 5, 7))
-    M = Request(1, 0, _seg(rng, n(200, 400), 8), _seg(rng, 5, 9))
-    cases.append(_evict_case("alpha = 2, FLOPs saved relative to the parent", [L, L2, M],
-                             _bytes(len(L2.tokens) + len(M.tokens), 3) - n(1, 1000), 2.0,
-                             f"|long| = {L.n_input}, follow-up + {L2.n_input - len(L.tokens)}, |medium| = {M.n_input}"))
+    L2 = Request(0, 1, np.r_[L.tokens, segment(rng, n(3, 10), 6)], segment(rng, 5, 7))
+    M = Request(1, 0, segment(rng, n(200, 400), 8), segment(rng, 5, 9))
+    cases.append(evict_case("alpha = 2, FLOPs saved relative to the parent", [L, L2, M],
+                            _bytes(len(L2.tokens) + len(M.tokens), 3) - n(1, 1000), 2.0,
+                            f"|long| = {L.n_input}, follow-up + {L2.n_input - len(L.tokens)}, |medium| = {M.n_input}"))
 
     # a long prefix L, a short request S, then a 300-token follow-up X of L (the most recent leaf): per byte of its
     # whole prefix X saves least, per byte of its own edge it would beat S
-    L = Request(0, 0, _seg(rng, n(2500, 3500), 0), _seg(rng, 10, 1))
-    S = Request(1, 0, _seg(rng, n(80, 120), 2), _seg(rng, 5, 3))
-    X = Request(0, 1, np.r_[L.tokens, _seg(rng, n(240, 340), 4)], _seg(rng, 10, 5))
-    Q = Request(2, 0, _seg(rng, 50, 6), _seg(rng, 5, 7))
+    L = Request(0, 0, segment(rng, n(2500, 3500), 0), segment(rng, 10, 1))
+    S = Request(1, 0, segment(rng, n(80, 120), 2), segment(rng, 5, 3))
+    X = Request(0, 1, np.r_[L.tokens, segment(rng, n(240, 340), 4)], segment(rng, 10, 5))
+    Q = Request(2, 0, segment(rng, 50, 6), segment(rng, 5, 7))
     held = _bytes(len(X.tokens) + len(S.tokens) + len(Q.tokens), 4) - n(1, 1000)
-    cases.append(_evict_case("alpha = 10, a short tail under a long prefix (bytes of the whole prefix)", [L, S, X, Q],
-                             held, 10.0, f"|L| = {L.n_input}, |S| = {S.n_input}, tail {X.n_input - len(L.tokens)}"))
+    cases.append(evict_case("alpha = 10, a short tail under a long prefix (bytes of the whole prefix)", [L, S, X, Q],
+                            held, 10.0, f"|L| = {L.n_input}, |S| = {S.n_input}, tail {X.n_input - len(L.tokens)}"))
 
-    one = Request(0, 0, _seg(rng, n(5, 50), 0), _seg(rng, n(1, 10), 1))
-    cases.append(_evict_case("capacity smaller than one entry", [one, Request(1, 0, one.input_ids, _seg(rng, 3, 2))],
-                             n(0, STATE), float(rng.uniform(0.1, 3.0))))
+    one = Request(0, 0, segment(rng, n(5, 50), 0), segment(rng, n(1, 10), 1))
+    cases.append(evict_case("capacity smaller than one entry", [one, Request(1, 0, one.input_ids, segment(rng, 3, 2))],
+                            n(0, STATE), float(rng.uniform(0.1, 3.0))))
     return cases
 
 

@@ -122,37 +122,55 @@ def forecast_train_step_reference(W, x, kc, teacher, mask, k, m, v, t, lr=0.05, 
     return loss, grads["W0"], params["W0"], opt.m["W0"], opt.v["W0"]
 
 
-def _grad_norm(W, x, kc, teacher, mask, k):
+def grad_norm(W, x, kc, teacher, mask, k):
+    """The norm of the reference's gradient (before clipping) at W, for a max_norm relative to it."""
     return float(np.linalg.norm(forecast_train_step_reference(W, x, kc, teacher, mask, k, np.zeros_like(W),
                                                               np.zeros_like(W), 0)[1]))
+
+
+def step_case(rng, name, B, T, H, D, d, Nc, k=None, teacher=None, mask=None, empty_row=False, first=False, t=None,
+              clip=True):
+    """One 08.3 case of the given sizes. k: an int, a function of the mask, or None (drawn from 1 .. Nc - 1);
+    teacher: an array, a function (B, T, H, Nc, mask, k) -> array, or None (random scores > 0); mask: (T, Nc), or
+    None (a contiguous run of >= 2 candidates per query, as ``candidate_mask``); empty_row: one query loses its
+    candidates; first: Adam's first step (m = v = 0, t = 0), else t (None: drawn from 1 .. 39); clip: max_norm below
+    the gradient's norm (clipping happens) or above it."""
+    x = rng.normal(size=(B, T, D))
+    kc = rng.normal(size=(B, Nc, H, d))
+    W = 0.3 * rng.normal(size=(D, H, d))
+    if mask is None:
+        lo = rng.integers(0, 3, T)                        # candidates: a contiguous run per query, as candidate_mask
+        hi = rng.integers(lo + 2, Nc + 1)                 # at least two candidates (one alone has no gradient)
+        pos = np.arange(Nc)
+        mask = (pos[None, :] >= lo[:, None]) & (pos[None, :] < hi[:, None])
+    if empty_row:
+        mask = mask.copy()
+        mask[int(rng.integers(0, T))] = False
+    k = int(rng.integers(1, Nc)) if k is None else int(k(mask) if callable(k) else k)
+    if teacher is None:
+        teacher = rng.random((B, T, H, Nc)) ** 2 + 1e-3
+    elif callable(teacher):
+        teacher = teacher(B, T, H, Nc, mask, k)
+    if first:
+        m, v, t = np.zeros_like(W), np.zeros_like(W), 0
+    else:
+        v = (0.1 * rng.normal(size=W.shape)) ** 2 + 1e-4
+        m = 0.5 * np.sqrt(v) * rng.normal(size=W.shape)
+        t = int(rng.integers(1, 40)) if t is None else int(t)
+    g = max(grad_norm(W, x, kc, teacher, mask, k), 1e-3)
+    max_norm = g * (rng.uniform(0.2, 0.8) if clip else rng.uniform(1.5, 3.0))
+    lr = float(rng.uniform(0.01, 0.1))
+    return Case(name, (W, x, kc, teacher, mask, k, m, v, t, lr, max_norm),
+                note=f"B={B}, T={T}, Hkv={H}, D={D}, d={d}, Nc={Nc}, k={k}, t={t}, lr={lr:.3f}, "
+                     f"max_norm={max_norm:.3g} (gradient norm {g:.3g})")
 
 
 def _step_cases(rng):
     def case(name, teacher_fn=None, k=None, empty_row=False, first=False, clip=True, small=False):
         B, T, H = (1, 1, 1) if small else (int(rng.integers(1, 3)), int(rng.integers(2, 6)), int(rng.integers(1, 4)))
         D, d, Nc = int(rng.integers(2, 7)), int(rng.integers(2, 7)), int(rng.integers(5, 13))
-        x = rng.normal(size=(B, T, D))
-        kc = rng.normal(size=(B, Nc, H, d))
-        W = 0.3 * rng.normal(size=(D, H, d))
-        lo = rng.integers(0, 3, T)                        # candidates: a contiguous run per query, as candidate_mask
-        hi = rng.integers(lo + 2, Nc + 1)                 # at least two candidates (one alone has no gradient)
-        pos = np.arange(Nc)
-        mask = (pos[None, :] >= lo[:, None]) & (pos[None, :] < hi[:, None])
-        if empty_row:
-            mask[int(rng.integers(0, T))] = False
-        k = int(rng.integers(1, Nc)) if k is None else k(mask)
-        teacher = (rng.random((B, T, H, Nc)) ** 2 + 1e-3) if teacher_fn is None else teacher_fn(B, T, H, Nc, mask, k)
-        if first:
-            m, v, t = np.zeros_like(W), np.zeros_like(W), 0
-        else:
-            v = (0.1 * rng.normal(size=W.shape)) ** 2 + 1e-4
-            m, t = 0.5 * np.sqrt(v) * rng.normal(size=W.shape), int(rng.integers(1, 40))
-        g = max(_grad_norm(W, x, kc, teacher, mask, k), 1e-3)
-        max_norm = g * (rng.uniform(0.2, 0.8) if clip else rng.uniform(1.5, 3.0))
-        lr = float(rng.uniform(0.01, 0.1))
-        return Case(name, (W, x, kc, teacher, mask, k, m, v, t, lr, max_norm),
-                    note=f"B={B}, T={T}, Hkv={H}, D={D}, d={d}, Nc={Nc}, k={k}, t={t}, lr={lr:.3f}, "
-                         f"max_norm={max_norm:.3g} (gradient norm {g:.3g})")
+        return step_case(rng, name, B, T, H, D, d, Nc, k=k, teacher=teacher_fn, empty_row=empty_row, first=first,
+                         clip=clip)
 
     def ties(B, T, H, Nc, mask, k):                       # per row: one 3, then 2s tied for the second slot
         out = np.ones((B, T, H, Nc))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybrid_lab.core.checks import int_in, output_size, pos_int
+from hybrid_lab.core.checks import int_array, int_in, nonneg_int, output_size, pos_int
 
 ROOT = 0
+_PLAIN_INTS = frozenset((int, np.int64, np.int32, np.intp))
 
 
 class NodeStore:
@@ -87,8 +88,12 @@ class NodeStore:
         return i
 
     def new_many(self, k: int) -> np.ndarray:
-        """k fresh node ids (recycled rows first, in the order ``new`` would give them), reset like ``new``."""
+        """k >= 0 fresh node ids (recycled rows first, in the order ``new`` would give them), reset like ``new``."""
+        k = nonneg_int("k", k)
         take = min(k, len(self.free_ids))
+        # the rows in use afterwards, each an entry of every column: refused past the size limit (numpy's
+        # MemoryError would name no argument)
+        output_size("k (the rows in use after k more nodes)", (self.size + k - take,))
         ids = [self.free_ids.pop() for _ in range(take)]
         rest = k - take
         if rest:
@@ -103,13 +108,17 @@ class NodeStore:
         return ids
 
     def free(self, i: int):
-        """Drop node i: its row is recycled and its payloads released."""
+        """Drop node i (a live node other than the root): its row is recycled and its payloads released. A row
+        freed twice would be handed out twice, so a free row is refused."""
+        i = self.check_id(i)
         self.alive[i] = False
         self.tokens[i] = self.kv[i] = self.state[i] = self.children[i] = None
         self.free_ids.append(i)
 
     def free_many(self, ids: np.ndarray):
-        """Drop the nodes ``ids`` (recycled in this order: the last one is reused first)."""
+        """Drop the nodes ``ids`` (1-D, live nodes other than the root, each once; recycled in this order: the last
+        one is reused first)."""
+        ids = self.check_ids(ids)
         self.alive[ids] = False
         for i in ids.tolist():
             self.tokens[i] = self.kv[i] = self.state[i] = self.children[i] = None
@@ -127,17 +136,33 @@ class NodeStore:
 
     def check_id(self, i) -> int:
         """``i`` as an int if it is a live node other than the root, else ``ValueError``."""
-        i = int_in("node", i, 1, max(self.size, 1))
+        if type(i) in _PLAIN_INTS and 0 < i < self.size:   # the common case, without int_in's checks: edge()
+            i = int(i)                                       # runs this on every step of the radix walk
+        else:
+            i = int_in("node", i, 1, max(self.size, 1))
         if not self.alive[i]:
             raise ValueError(f"node {i} is not in the tree (evicted or never used)")
         return i
 
+    def check_ids(self, ids) -> np.ndarray:
+        """``ids`` as a 1-D int64 array if they are distinct live nodes other than the root, else ``ValueError``."""
+        ids = int_array("ids", ids, ndim=1, shape_doc="(n,) node ids", lo=1, hi=max(self.size, 1))
+        dead = ids[~self.alive[ids]]
+        if dead.size:
+            raise ValueError(f"ids must be nodes in the tree, got {int(dead[0])} (evicted or never used)")
+        if np.unique(ids).size != ids.size:
+            u, c = np.unique(ids, return_counts=True)
+            raise ValueError(f"ids must not repeat a node (it would be freed twice), got {int(u[c > 1][0])} twice")
+        return ids
+
     def prefix(self, i: int) -> np.ndarray:
-        """The token ids from the root to the end of node i: (end[i],)."""
+        """The token ids from the root to the end of node i (a live node other than the root): (end[i],)."""
+        i = self.check_id(i)
         return self.tokens[i][: self.end[i]]
 
     def edge(self, i: int) -> np.ndarray:
-        """The token ids on node i's edge: (edge_len[i],)."""
+        """The token ids on node i's edge (a live node other than the root): (edge_len[i],)."""
+        i = self.check_id(i)
         e = self.end[i]
         return self.tokens[i][e - self.edge_len[i]: e]
 

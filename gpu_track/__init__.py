@@ -14,11 +14,29 @@ wrapper taking/returning torch tensors:
 
 Without a CUDA GPU the kernels run in Triton's interpreter on CPU tensors. ``TRITON_INTERPRET=1`` must be set
 before any ``@triton.jit`` function is defined, so it is set here, on import of the package, when no GPU is seen.
+
+Triton has wheels for Linux only. Elsewhere (macOS, Windows) ``HAS_TRITON`` is False, the kernel modules cannot
+be imported, and :mod:`gpu_track.no_triton` stands in for ``triton`` so a notebook's kernel definitions still run;
+the stored H200 results (:mod:`gpu_track.report`) need neither torch nor triton.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
+
+NEEDS_TRITON = ("needs Triton, which installs on Linux only (not on macOS or Windows): run this part on Linux, "
+                "Colab, or the course hub")
+
+
+def _triton_found() -> bool:
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):      # a finder that refuses it, or a broken entry in sys.modules
+        return False
+
+
+HAS_TRITON = _triton_found()
 
 
 def _cuda_available() -> bool:

@@ -293,3 +293,13 @@ def load_sass(path=None) -> dict:
     p = Path(path) if path is not None else SASS
     return json.loads(p.read_text()) if p.exists() else {}
 
+
+def scan_bytes(Bt: int, L: int, Dm: int, N: int, fused: bool = True, in_bytes: int = 2, out_bytes: int = 2,
+               acc_bytes: int = 4) -> int:
+    """HBM bytes the Mamba-1 prefill must move. Fused: read x, Δ (in_bytes each per (t, d)), B, C (per t), write y,
+    the last state. Unfused adds writing Ā and B̄x ((t, d, n), acc_bytes each) and reading them back, and reads x
+    a second time (for the D skip)."""
+    fused_b = Bt * L * Dm * (2 * in_bytes + out_bytes) + 2 * Bt * L * N * in_bytes + Bt * Dm * N * acc_bytes
+    if fused:
+        return fused_b
+    return fused_b + 2 * 2 * Bt * L * Dm * N * acc_bytes + Bt * L * Dm * in_bytes

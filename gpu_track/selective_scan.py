@@ -270,15 +270,8 @@ def selective_scan_unfused(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, blo
     return y, h_last
 
 
-def scan_bytes(Bt: int, L: int, Dm: int, N: int, fused: bool = True, in_bytes: int = 2, out_bytes: int = 2,
-               acc_bytes: int = 4) -> int:
-    """HBM bytes the Mamba-1 prefill must move. Fused: read x, Δ (in_bytes each per (t, d)), B, C (per t), write y,
-    the last state. Unfused adds writing Ā and B̄x ((t, d, n), acc_bytes each) and reading them back, and reads x
-    a second time (for the D skip)."""
-    fused_b = Bt * L * Dm * (2 * in_bytes + out_bytes) + 2 * Bt * L * N * in_bytes + Bt * Dm * N * acc_bytes
-    if fused:
-        return fused_b
-    return fused_b + 2 * 2 * Bt * L * Dm * N * acc_bytes + Bt * L * Dm * in_bytes
+# scan_bytes lives with the stored results (no torch, no triton: notebook 09 counts bytes where Triton is missing)
+from gpu_track.report import scan_bytes  # noqa: E402,F401
 
 
 def check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d):

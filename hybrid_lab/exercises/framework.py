@@ -15,7 +15,9 @@ with a tolerance that catches a 1e-3 relative error. It prints one verdict:
 
 * ``PASS``: the student's function is returned and the cells below use it;
 * ``FAIL``: which case, which output, where, got vs expected (``y wrong at t=0: ...; h right``);
-* ``not done yet``: the function still raises the stub's NotImplementedError.
+* ``not done yet``: the function still raises the stub's NotImplementedError;
+* ``needs Triton``: the exercise is a Triton kernel and Triton is not installed here (macOS, Windows); nothing is
+  run, it is worth 0 points here and is graded where Triton runs (Linux, Colab, the course hub).
 
 After a FAIL or a stub the *reference* is returned, so Run All goes on and every later cell prints what the
 reference prints. While the student's function runs, the library functions that solve the exercise are switched off
@@ -85,6 +87,23 @@ class Exercise:
     atol: float = 1e-9
     preamble: str = "import numpy as np"
     float_errors: bool = False
+    needs: tuple = ()           # modules the exercise cannot run without ("triton"): missing -> "needs Triton"
+
+
+NEEDS_STATUS = "needs_triton"
+NEEDS_MESSAGE = ("needs Triton, which installs on Linux only (not on macOS or Windows): not run here, 0 points "
+                 "here; run it on Linux, Colab, or the course hub")
+
+
+def missing_modules(ex: Exercise) -> list[str]:
+    """The modules of ``ex.needs`` that cannot be imported here."""
+    out = []
+    for name in ex.needs:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            out.append(name)
+    return out
 
 
 EXERCISES: dict[str, Exercise] = {}
@@ -114,6 +133,11 @@ def get(exercise_id: str) -> Exercise:
 # ----------------------------------------------------------------------------------------------- comparing
 class LibraryCallError(RuntimeError):
     """The student's function called a library function that is the answer to the exercise."""
+
+
+class RuleBroken(RuntimeError):
+    """The student's function returned a result without doing what the exercise asks (a Triton exercise whose
+    output was computed without launching the student's own ``@triton.jit`` kernel)."""
 
 
 def shown_value(v) -> str:
@@ -320,7 +344,7 @@ def library_switched_off(ex: Exercise, globals_: dict | None = None):
 @dataclass
 class Verdict:
     exercise: str
-    status: str                 # "pass", "fail", "not_done"
+    status: str                 # "pass", "fail", "not_done", "needs_triton"
     message: str                # one line
     details: list = field(default_factory=list)
     cases: list = field(default_factory=list)   # names of the cases run
@@ -398,7 +422,7 @@ def run_student(ex: Exercise, fn, case: Case, globals_: dict | None = None) -> d
     """Run the student's ``fn`` on one case with the library switched off: an *outcome*, plain data that the grader
     can carry between processes. ``{"ok": True, "value": result}``, or ``{"ok": False, "kind": k, ...}`` with k one
     of "stub" (the stub's NotImplementedError), "library" (a switched-off library function was called;
-    "message"), "interrupted" (stop button / timeout) or "raised" ("type", "what", "line": where in the cell). The
+    "message"), "rule" (:class:`RuleBroken`: "message"), "interrupted" (stop button / timeout) or "raised" ("type", "what", "line": where in the cell). The
     grader adds "ended" ("why") for a case its sandboxed process did not finish (it died, or ran out of time).
     ``SystemExit`` counts as raised: ``sys.exit()`` in an exercise is a wrong answer, not the end of the check."""
     try:
@@ -411,6 +435,8 @@ def run_student(ex: Exercise, fn, case: Case, globals_: dict | None = None) -> d
         lib = _library_call(exc)
         if lib is not None:
             return {"ok": False, "kind": "library", "message": str(lib)}
+        if isinstance(exc, RuleBroken):
+            return {"ok": False, "kind": "rule", "message": str(exc)}
         if is_stub_error(exc):
             return {"ok": False, "kind": "stub"}
         return {"ok": False, "kind": "raised", "type": type(exc).__name__,
@@ -432,7 +458,7 @@ def judge(ex: Exercise, name: str, cases: list, outcomes, wants, seed: int) -> V
             if kind == "interrupted":
                 return Verdict(ex.id, "fail", f'case "{label}": {name} was interrupted before it returned (an '
                                               f'endless loop?)', [reproduce], labels)
-            if kind == "library":
+            if kind in ("library", "rule"):
                 return Verdict(ex.id, "fail", f'case "{label}": {out.get("message", "")}', [], labels)
             if kind == "ended":                                    # the student's process died or was stopped
                 return Verdict(ex.id, "fail", f'case "{label}": {out.get("why", "")}', [reproduce], labels)
@@ -471,6 +497,8 @@ def evaluate(exercise_id: str, fn, seed: int | None = None, globals_: dict | Non
     name = getattr(fn, "__name__", ex.function)
     if not callable(fn):
         return Verdict(ex.id, "fail", f"{ex.function} is {_fmt(fn)}, not a function", [])
+    if missing_modules(ex):
+        return Verdict(ex.id, NEEDS_STATUS, NEEDS_MESSAGE, [])
     cases = ex.cases(np.random.default_rng(seed))
     if globals_ is None:
         globals_ = getattr(fn, "__globals__", None)
@@ -478,7 +506,7 @@ def evaluate(exercise_id: str, fn, seed: int | None = None, globals_: dict | Non
     for case in cases:                      # one case at a time: a stub or an interrupt ends the run, as judged
         wants.append(_run(ex, ex.reference, case))
         outcomes.append(run_student(ex, fn, case, globals_))
-        if not outcomes[-1]["ok"] and outcomes[-1]["kind"] in ("interrupted", "library"):
+        if not outcomes[-1]["ok"] and outcomes[-1]["kind"] in ("interrupted", "library", "rule"):
             break
     return judge(ex, name, cases, outcomes, wants, seed)
 
@@ -510,12 +538,15 @@ def check(exercise_id: str, fn, *, seed: int | None = None, mode: str = "practic
         print(f"Exercise {ex.id} PASS: {v.message}.")
     elif v.status == "not_done":
         print(f"Exercise {ex.id} {v.message}. {STANDS_IN}")
+    elif v.status == NEEDS_STATUS:
+        print(f"Exercise {ex.id} {v.message}.")
     else:
         print(f"Exercise {ex.id} FAIL: {v.message}.")
         for d in v.details:
             print("  " + d)
         print("  " + STANDS_IN)
-    grading.record(ex.id, v.status, v.message, v.details)
+    if v.status != NEEDS_STATUS:          # the grader decides that status itself (it may have Triton)
+        grading.record(ex.id, v.status, v.message, v.details)
     if mode == "nbgrader" and v.status != "pass":
         if caller.get(ex.function) is fn:      # the cells below (and later exercises) run with the reference
             caller[ex.function] = ex.reference
@@ -526,6 +557,9 @@ def check(exercise_id: str, fn, *, seed: int | None = None, mode: str = "practic
 def _smoke(ex: Exercise, fn, seed, globals_):
     """Assignment mode: run ``fn`` on one fresh case, say whether it ran; no comparison, no reference."""
     name = getattr(fn, "__name__", ex.function)
+    if missing_modules(ex):
+        print(f"Exercise {ex.id} {NEEDS_MESSAGE}.")
+        return fn
     case = ex.cases(np.random.default_rng(fresh_seed() if seed is None else seed))[0]
     try:
         with library_switched_off(ex, globals_):
@@ -533,6 +567,8 @@ def _smoke(ex: Exercise, fn, seed, globals_):
     except Exception as exc:
         if _library_call(exc) is not None:
             print(f"Exercise {ex.id}: {_library_call(exc)}.")
+        elif isinstance(exc, RuleBroken):
+            print(f"Exercise {ex.id}: {exc}.")
         elif is_stub_error(exc):
             print(f"Exercise {ex.id} not done yet: {name} raises NotImplementedError.")
         else:

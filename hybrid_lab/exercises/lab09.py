@@ -7,22 +7,33 @@ intra-chunk decay step of the SSD scan (a kernel body). Without a GPU the kernel
 float32; the references compute in float64 from the same float32 values and the checks allow 1e-5 (relative to
 the largest entry): a float32 kernel passes, a 1e-3 error does not. Outputs are poisoned with NaN before each
 launch, so an element the kernel forgets to write (or writes when it must not) fails the check.
+
+Each check counts the launches of the student's own ``@triton.jit`` kernel (any kernel defined outside the
+library): a result computed without one (torch ops in the launcher) fails, whatever it is. Without Triton (macOS,
+Windows) the module still imports (``gpu_track.no_triton`` stands in) and every exercise says "needs Triton".
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numpy as np
 
-from hybrid_lab.exercises.framework import Case, Exercise, register
+from hybrid_lab.exercises.framework import Case, Exercise, RuleBroken, register
 from hybrid_lab.exercises.lab01 import decay_matrix_reference
-from hybrid_lab.ops.registry import triton_module
+from hybrid_lab.ops.registry import gpu_track_package, triton_module, triton_stand_in
 from hybrid_lab.ops.sparse_attention import sparse_attention as _sparse_attention
 
-triton_module()       # loads gpu_track first: without a GPU it sets TRITON_INTERPRET=1 before triton is imported
-import torch
-import triton
-import triton.language as tl
+# gpu_track first: without a GPU it sets TRITON_INTERPRET=1 before triton is imported (looked up by name, as the
+# backend does: hybrid_lab never imports it statically)
+if gpu_track_package().HAS_TRITON:
+    triton_module()
+    import torch
+    import triton
+    import triton.language as tl
+else:                 # the kernels below can be defined, not run; torch is not needed either (none on Intel Macs)
+    triton = triton_stand_in()
+    tl = triton.language
 
 PREAMBLE = ("import gpu_track  # first: picks the GPU or Triton's interpreter\nimport numpy as np\nimport torch\n"
             "import triton\nimport triton.language as tl\nfrom gpu_track.common import device\nDEV = device()")
@@ -47,6 +58,49 @@ def _f32(rng, shape, scale=1.0):
 
 def _nan(shape):
     return torch.full(shape, float("nan"), dtype=torch.float32, device=_device())
+
+
+_LIBRARY = ("hybrid_lab", "gpu_track", "triton")
+
+
+def _launchers():
+    """The classes whose ``run`` launches a kernel: the interpreter's and the compiler's."""
+    from triton.runtime.jit import JITFunction
+    out = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        out.append(InterpretedFunction)
+    except ImportError:
+        pass
+    return out
+
+
+@contextmanager
+def own_launches():
+    """Inside the block, ``launches[0]`` counts the launches of kernels defined outside the library (the student's:
+    their Python function's module is the notebook's, not hybrid_lab / gpu_track / triton)."""
+    launches = [0]
+    saved = [(cls, cls.__dict__["run"]) for cls in _launchers() if "run" in cls.__dict__]
+
+    def counted(run):
+        def wrapper(self, *args, **kwargs):
+            mod = getattr(getattr(self, "fn", None), "__module__", None) or ""
+            if not kwargs.get("warmup") and mod.split(".")[0] not in _LIBRARY:
+                launches[0] += 1
+            return run(self, *args, **kwargs)
+        return wrapper
+    try:
+        for cls, run in saved:
+            cls.run = counted(run)
+        yield launches
+    finally:
+        for cls, run in saved:
+            cls.run = run
+
+
+def _no_kernel(name, what):
+    return RuleBroken(f"{name} launched no @triton.jit kernel of yours: {what} (a result computed with torch or "
+                      f"numpy ops does not count)")
 
 
 # ------------------------------------------------------------------------------------------ 09.1 masked gather
@@ -87,8 +141,11 @@ def _run_gather(fn, case):
         return gather_rows_numpy(Kmat, ids, block_k)
     D = Kmat.shape[1]
     out = _nan((_gather_rows(len(ids), block_k), D))
-    fn[(triton.cdiv(len(ids), block_k),)](_dev(Kmat), _dev(ids.astype(np.int32)), out, len(ids), D=D,
-                                          BLOCK_K=block_k, BLOCK_D=triton.next_power_of_2(D))
+    with own_launches() as n:
+        fn[(triton.cdiv(len(ids), block_k),)](_dev(Kmat), _dev(ids.astype(np.int32)), out, len(ids), D=D,
+                                              BLOCK_K=block_k, BLOCK_D=triton.next_power_of_2(D))
+    if not n[0]:
+        raise _no_kernel(getattr(fn, "__name__", "gather_rows_kernel"), "exercise 09.1 is a @triton.jit kernel")
     return out.cpu().numpy()
 
 
@@ -113,7 +170,7 @@ def _gather_cases(rng):
 
 
 register(Exercise("09.1", "gather_rows_kernel", gather_rows_reference, _gather_cases, run=_run_gather,
-                  axes={"result": ("i", "col")}, preamble=PREAMBLE, **TOL))
+                  axes={"result": ("i", "col")}, preamble=PREAMBLE, needs=("triton",), **TOL))
 
 
 # ------------------------------------------------------------------------------------------ 09.2 sparse decode
@@ -126,10 +183,17 @@ def sparse_decode_reference(q, k, v, idx, out, block_k=16):
     return out
 
 
+_DECODE_TWIN = sparse_decode_reference        # the reference launches no kernel: the one launcher exempt
+
+
 def _run_decode(fn, case):
     q, k, v, idx, block_k = case.args
     out = _nan(q.shape)
-    fn(_dev(q), _dev(k), _dev(v), _dev(idx.astype(np.int32)), out, block_k=block_k)
+    with own_launches() as n:
+        fn(_dev(q), _dev(k), _dev(v), _dev(idx.astype(np.int32)), out, block_k=block_k)
+    if not n[0] and fn is not _DECODE_TWIN:
+        raise _no_kernel(getattr(fn, "__name__", "sparse_decode"), "exercise 09.2 asks for your kernel "
+                         "(sparse_decode_kernel) and its launch, one program per (sequence, KV group)")
     return out.cpu().numpy()
 
 
@@ -172,7 +236,7 @@ register(Exercise("09.2", "sparse_decode", sparse_decode_reference, _decode_case
                              "gpu_track.softmax:online_softmax_step", "gpu_track.softmax:combine_splits",
                              "gpu_track.numpy_api:sparse_attention",
                              "hybrid_lab.ops.sparse_attention:sparse_attention"),
-                  **TOL))
+                  needs=("triton",), **TOL))
 
 
 # ------------------------------------------------------------------------------------------ 09.3 chunk decay step
@@ -205,7 +269,10 @@ def _run_chunk(fn, case):
         return chunk_decay_numpy(cum, cb, u)
     Q, P = u.shape
     y = _nan((Q, P))
-    fn[(1,)](_dev(cum), _dev(cb), _dev(u), y, Q=Q, P=P)
+    with own_launches() as n:
+        fn[(1,)](_dev(cum), _dev(cb), _dev(u), y, Q=Q, P=P)
+    if not n[0]:
+        raise _no_kernel(getattr(fn, "__name__", "chunk_decay_kernel"), "exercise 09.3 is a @triton.jit kernel")
     return y.cpu().numpy()
 
 
@@ -233,4 +300,4 @@ def _chunk_cases(rng):
 
 
 register(Exercise("09.3", "chunk_decay_kernel", chunk_decay_reference, _chunk_cases, run=_run_chunk,
-                  axes={"result": ("t", "p")}, preamble=PREAMBLE, **TOL))
+                  axes={"result": ("t", "p")}, preamble=PREAMBLE, needs=("triton",), **TOL))

@@ -26,6 +26,7 @@ import inspect
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -210,9 +211,7 @@ def run_exercise(ex_id: str, cells: list, cases: list, scratch, cache, timeout: 
     cell = next((r for r in lines if r["line_kind"] == "cell"), None)
     outcomes = [r for r in lines if r["line_kind"] == "case"][:len(cases)]
     if ended is None and proc.returncode != 0:
-        code = proc.returncode
-        ended = (f"the process was killed by signal {-code} (out of memory or CPU time?)" if code < 0 else
-                 f"the process ended with exit status {code} before it returned")
+        ended = _ended_why(proc.returncode, bool(framework.get(ex_id).needs))
     elif ended is None and cell is not None and cell.get("callable") and len(outcomes) < len(cases):
         ended = "the process ended before it returned (sys.exit / os._exit in the student's code?)"
     if ended is not None and cell is not None and len(outcomes) < len(cases):
@@ -220,6 +219,22 @@ def run_exercise(ex_id: str, cells: list, cases: list, scratch, cache, timeout: 
     if cell is None:
         cell = {"ok": False, "kind": "ended", "why": ended or "the exercise cell did not run"}
     return cell, outcomes, err.decode("utf-8", "replace")
+
+
+_CRASHES = {getattr(signal, n) for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE") if hasattr(signal, n)}
+
+
+def _ended_why(code: int, kernel: bool) -> str:
+    """Why the worker ended with exit status ``code`` (negative: the signal that killed it). A crash (SIGSEGV, SIGBUS,
+    ...) in a Triton exercise is the student's kernel: the interpreter reads and writes raw memory, unchecked."""
+    if code < 0 and -code in _CRASHES:
+        who = "your kernel crashed" if kernel else "the process crashed"
+        hint = ("an out-of-bounds access? Triton's interpreter does not check addresses: mask every load and store "
+                "that can reach past a buffer" if kernel else "an out-of-bounds access in native code?")
+        return f"{who} (signal {-code}, {signal.Signals(-code).name}: {hint})"
+    if code < 0:
+        return f"the process was killed by signal {-code} (out of memory or CPU time?)"
+    return f"the process ended with exit status {code} before it returned"
 
 
 def _kill(proc) -> None:
@@ -233,6 +248,8 @@ def verdict(ex_id: str, cells: list, seed: int, scratch, cache, hidden: dict | N
             unsafe: bool = False, stand_in=()) -> dict:
     """The trusted verdict of one exercise: {"status", "message", "details", "stderr"} (see the module docstring)."""
     ex = framework.get(ex_id)
+    if framework.missing_modules(ex):                      # this machine cannot run it: not a FAIL, 0 points here
+        return dict(status=framework.NEEDS_STATUS, message=framework.NEEDS_MESSAGE, details=[], stderr=[])
     rng = np.random.default_rng(seed)
     cases = ex.cases(rng) + hidden_cases(hidden or {}, ex_id, rng)
     wants = framework.reference_results(ex, cases)

@@ -76,6 +76,18 @@ def triton_module():
             "the triton backend needs torch and triton: pip install -e '.[gpu]' (see README)") from e
 
 
+def gpu_track_package():
+    """The ``gpu_track`` package, found by name as in :func:`triton_module`. Importing it needs neither torch nor
+    triton; its ``HAS_TRITON`` says whether the Triton kernels can run here (triton installs on Linux only)."""
+    return importlib.import_module("gpu_track")
+
+
+def triton_stand_in():
+    """``gpu_track.no_triton.triton``: a stand-in for the ``triton`` module where triton is missing, with which
+    kernels can be defined but not launched (launching says that Triton is needed)."""
+    return importlib.import_module("gpu_track.no_triton").triton
+
+
 def swappable(op: str):
     """Declare ``fn`` as the numpy implementation of the swappable op ``op``: ``fn`` receives the arguments
     validated by ``contracts.check_<op>`` (same signature, positional, in signature order)."""

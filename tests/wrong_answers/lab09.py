@@ -1,6 +1,19 @@
 """Wrong answers to the exercises of notebook 09: (what is wrong, text in the solution's exercise cell, replacement).
 tests/test_exercises.py asserts the check fails every one of them, on every seed, and passes the solution.
 Only wrong answers that stay inside the buffers: Triton's interpreter does not catch an out-of-bounds access."""
+TORCH_ONLY = """    for b in range(B):
+        for g in range(Hkv):
+            sel = idx[b, g][idx[b, g] >= 0].long()
+            heads = slice(g * G, (g + 1) * G)
+            if len(sel) == 0:
+                out[b, heads] = 0.0
+                continue
+            kk, vv = k[b, sel, g].double(), v[b, sel, g].double()
+            w = torch.softmax(q[b, heads].double() @ kk.T * D ** -0.5, dim=-1)
+            out[b, heads] = (w @ vv).to(out.dtype)
+    return out
+    grid = (B, Hkv)  """
+
 WRONG = {
     "09.1": [
         ("padding rows left unwritten", "mask=in_list[:, None] & md[None, :])", "mask=valid[:, None] & md[None, :])"),
@@ -19,6 +32,8 @@ WRONG = {
         ("delegation to the library kernel", "    grid = (B, Hkv)  ",
          ("    from gpu_track import sparse_attention as sa\n"
           "    out.copy_(sa.sparse_attention(q[:, None], k, v, idx[:, None])[:, 0])\n    return out\n    grid = (B, Hkv)  ")),
+        # right numbers, no kernel: only the launch count fails it
+        ("no kernel: the launcher computes the output with torch ops", "    grid = (B, Hkv)  ", TORCH_ONLY),
     ],
     "09.3": [
         ("mask applied after exp (inf * 0 = NaN for a large Δ)",

@@ -207,3 +207,9 @@ def test_cli_help_says_how_a_course_gradebook_is_built():
     for word in ("--roster", "--gradebook", "--exports", "same --gradebook", "id, name, email, pattern",
                  "canvas.csv", "moodle.csv", "results.json"):
         assert word in said, word
+
+
+def test_a_pattern_matches_a_file_name_without_its_punctuation():
+    s = gb.Student("s002", "Erin O'Neil", "erin@uni.example", "*oneil*")
+    assert s.matches("Erin O'Neil - lab 1 (v2)", "Erin O'Neil - lab 1 (v2).ipynb")
+    assert not s.matches("Erin Olsen", "erin_olsen.ipynb")

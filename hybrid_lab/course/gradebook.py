@@ -44,6 +44,8 @@ class Student:
     def matches(self, student: str, rel: str) -> bool:
         pat = (self.pattern or f"*{self.id}*").lower()
         names = {student.lower(), rel.lower(), Path(rel).name.lower(), Path(rel).stem.lower()}
+        # also without punctuation and spaces, so that *oneil* finds "Erin O'Neil - lab 1 (v2)"
+        names |= {re.sub(r"[^0-9a-z]", "", n) for n in names}
         return any(fnmatch.fnmatchcase(n, pat) for n in names)
 
 

@@ -214,7 +214,7 @@ def test_code_version_ignores_docstrings_comments_and_what_no_training_runs(sour
           "from __future__ import annotations\n# a comment at the top\n")
     # the command line, the aggregation and the table of experiments are not training code
     _edit(tr, 'print(f"checkpoints and results.json under {out}")', 'print(f"checkpoints under {out}")')
-    _edit(tr, 'MQAR_MODELS = ("mamba2", "mamba2_N32", "mamba2_N64", "mamba2_hybrid", "dense", "dense_local")',
+    _edit(tr, 'MQAR_MODELS = ("mamba2", "mamba2_N32", "mamba2_N64", "mamba2_hybrid", "dense", "dense_local", "dense_mha")',
           'MQAR_MODELS = ("mamba2", "dense")')
     assert ensemble.code_version("x", root=sources) == before
 

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands,
+from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_gqa_operands,
                               check_int, check_range, check_scale, check_tensor, check_tile, dot_precision, fold_scale,
                               pow2, query_positions, split_chunk)
 from gpu_track.softmax import combine_splits, online_softmax_step
@@ -75,8 +75,18 @@ def _block_attn_kernel(q_ptr, k_ptr, v_ptr, block_idx_ptr, q_pos_ptr, o_ptr, par
                  mask=mask_r[:, None] & mask_dv[None, :])
 
 
+# public: gpu_track.targets compiles it ahead of time for each student GPU
+KERNELS = {"attention": _block_attn_kernel}
+
+
 def tile_uniform(block_idx: torch.Tensor, block_t: int) -> bool:
     """True when every run of ``block_t`` consecutive queries lists the same blocks (so the tiled launch is exact)."""
+    # any device (a host copy of the lists too): not check_tensor, which wants the kernels' device
+    got = (f"shape {tuple(block_idx.shape)}, dtype {block_idx.dtype}" if isinstance(block_idx, torch.Tensor)
+           else type(block_idx).__name__)
+    check(isinstance(block_idx, torch.Tensor) and block_idx.ndim == 4 and block_idx.dtype in INT_DTYPES,
+          f"block_idx must be a (B, T, Hkv, nb) integer torch tensor, got {got}")
+    block_t = check_tile("block_t", block_t, lo=1)
     B, T, Hkv, nb = block_idx.shape
     pad = (-T) % block_t
     bi = block_idx

@@ -93,12 +93,19 @@ def alloc(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def topk_stable(scores: torch.Tensor, k: int) -> torch.Tensor:
+def topk_stable(scores: torch.Tensor, k: int, name: str = "k") -> torch.Tensor:
     """Deterministic top-k over the last axis, same rules as ``hybrid_lab.ops.sparse_attention.topk_indices``.
 
     Descending score, ties to the smaller position (a stable sort keeps position order among equals), -inf never
-    selected, -1 padding when fewer than k positions are selectable. Returns int64 (..., k).
+    selected, -1 padding when fewer than k positions are selectable. Returns int64 (..., k). ``name``: k's name
+    in the caller's signature (for the message).
     """
+    # any device: numpy_api ranks CPU copies of the scores
+    check(isinstance(scores, torch.Tensor) and scores.ndim >= 1 and scores.dtype in FLOAT_DTYPES,
+          f"scores must be a float torch tensor (..., S), got "
+          f"{scores.dtype if isinstance(scores, torch.Tensor) and scores.ndim else type(scores).__name__}")
+    k = check_int(name, k)
+    check_index_space(name, math.prod(scores.shape[:-1]) * k, f"the (..., {name}) output")
     S = scores.shape[-1]
     kk = min(k, S)
     vals, order = torch.sort(scores, dim=-1, descending=True, stable=True)
@@ -203,19 +210,21 @@ def check_int(name: str, v, lo: int = 1) -> int:
     return int(v)
 
 
+TILE_MAX = 2 ** 20   # Triton's largest block (TRITON_MAX_TENSOR_NUMEL): a larger tile fails inside the launch
+
+
 def check_tile(name: str, v, lo: int = 16) -> int:
-    """A tile size: a power of two >= lo (tl.arange needs a power of two, tl.dot at least 16)."""
+    """A tile size: a power of two in [lo, TILE_MAX] (tl.arange needs a power of two, tl.dot at least 16)."""
     v = check_int(name, v, lo)
-    check(v & (v - 1) == 0, f"{name} must be a power of two >= {lo}, got {v}")
+    check(v & (v - 1) == 0 and v <= TILE_MAX, f"{name} must be a power of two in [{lo}, {TILE_MAX}], got {v}")
     return v
 
 
 def check_scale(scale) -> None:
     """The softmax scale: None (d ** -0.5) or a finite number > 0 (the inverse temperature, as the ops' contracts)."""
-    try:
-        ok = scale is None or (not isinstance(scale, bool) and math.isfinite(float(scale)))
-    except (TypeError, ValueError):
-        ok = False
+    # a real number only: float() would also take "1" or a one-element array
+    ok = scale is None or (isinstance(scale, (numbers.Real, np.number)) and not isinstance(scale, (bool, np.bool_))
+                           and math.isfinite(float(scale)))
     check(ok and (scale is None or float(scale) > 0), f"scale must be None or a finite number > 0, got {scale!r}")
 
 

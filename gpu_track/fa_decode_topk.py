@@ -82,6 +82,10 @@ def _group_score_kernel(logits_ptr, m_ptr, l_ptr, score_ptr, S, window_start,
     tl.store(score_ptr + (b * HKV + g).to(tl.int64) * S + offs_s, score, mask=mask_s)
 
 
+# public: gpu_track.targets compiles them ahead of time for each student GPU
+KERNELS = {"split": _fa_split_kernel, "group_score": _group_score_kernel}
+
+
 def check_fa_decode_args(q, k, v, window, scale, sink, block_s, nsplit):
     """The torch wrapper's contract (shapes, dtypes, devices, sizes); ValueError naming the argument."""
     B, S, Hq, Hkv, d, _ = check_gqa_operands(q, k, v, q_doc="(B, Hq, d)")
@@ -141,4 +145,4 @@ def fa_decode_topk(q, k, v, topk, window, scale=None, sink=None):
     """Returns (o: (B, Hq, dv), idx: (B, Hkv, topk) int64): exact attention + the group's top-k outside the window."""
     topk = check_int("topk", topk)
     o, score = fa_decode(q, k, v, window, scale, sink)
-    return o, topk_stable(score, topk)
+    return o, topk_stable(score, topk, "topk")

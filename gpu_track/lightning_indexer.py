@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import (FLOAT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_int,
-                              check_tensor, check_tile, dot_precision, pow2, query_positions, split_chunk,
+from gpu_track.common import (FLOAT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_finite,
+                              check_int, check_tensor, check_tile, dot_precision, pow2, query_positions, split_chunk,
                               topk_stable)
 
 FP8 = torch.float8_e4m3fn
@@ -110,6 +110,10 @@ def _indexer_stream_kernel(q_ptr, w_ptr, k_ptr, ks_ptr, q_pos_ptr, out_ptr, T, S
                  mask=mask_s[:, None] & mask_t[None, :])
 
 
+# public: gpu_track.targets compiles them ahead of time for each student GPU
+KERNELS = {"tile": _indexer_kernel, "stream": _indexer_stream_kernel}
+
+
 def check_indexer_args(q, w, k, block_s, block_t, k_scale=None, variant=None, span=None):
     """The torch wrapper's contract (shapes, dtypes, devices); ValueError naming the argument. With ``k_scale``
     (the FP8 form) q and k are float8_e4m3fn and k_scale is (B, S) float32 > 0."""
@@ -188,24 +192,28 @@ def lightning_indexer(q, w, k, topk, q_pos=None):
     """Scores and deterministic top-k: returns (scores (B, T, S), idx (B, T, topk) int64, -1 padded)."""
     topk = check_int("topk", topk)
     scores = indexer_scores(q, w, k, q_pos)
-    return scores, topk_stable(scores, topk)
+    return scores, topk_stable(scores, topk, "topk")
 
 
 # ------------------------------------------------------------------------------------------------ FP8
-def fp8_scale(x: torch.Tensor) -> torch.Tensor:
+def fp8_scale(x: torch.Tensor, name: str = "x") -> torch.Tensor:
     """Per-row (last axis) power-of-two scale: the smallest 2^e with max|x| / 2^e <= 448 (1 for an all-zero row).
-    float32, shape x.shape[:-1]. Powers of two make x / scale exact, so only the e4m3 rounding remains."""
+    float32, shape x.shape[:-1]. Powers of two make x / scale exact, so only the e4m3 rounding remains. ``name``:
+    x's name in the caller's signature (for the messages)."""
+    check_tensor(name, x, None, FLOAT_DTYPES)
+    check(x.ndim >= 1 and x.shape[-1] >= 1, f"{name} must have a last axis of length >= 1, got shape {tuple(x.shape)}")
     amax = x.detach().abs().amax(-1).to(torch.float64)
+    # NaN would silently get scale 1 (NaN > 0 is False), inf an infinite one
+    check_finite(f"{name}'s row maxima |{name}|", amax)
     e = torch.ceil(torch.log2(torch.where(amax > 0, amax / E4M3_MAX, 1.0)))
     e = e + (amax > E4M3_MAX * torch.exp2(e)).to(e.dtype)                 # fix a log2 rounded down ...
     e = e - ((amax > 0) & (amax <= E4M3_MAX * torch.exp2(e - 1))).to(e.dtype)   # ... or up
     return torch.exp2(e).to(torch.float32)
 
 
-def quantize_fp8(x: torch.Tensor):
+def quantize_fp8(x: torch.Tensor, name: str = "x"):
     """(x8, scale): x8 = e4m3(float32(x / scale)) with the per-row scale of ``fp8_scale``; x ≈ x8 · scale."""
-    check_tensor("x", x, None, FLOAT_DTYPES)
-    scale = fp8_scale(x)
+    scale = fp8_scale(x, name)
     x8 = (x.to(torch.float64) / scale.to(torch.float64)[..., None]).to(torch.float32).to(FP8)
     return x8, scale
 
@@ -224,7 +232,7 @@ def lightning_indexer_fp8(q, w, k, topk, q_pos=None):
     check_tensor("q", q, (None,) * 4, doc="(B, T, Hi, di)")
     check_tensor("w", w, q.shape[:3], like=q, doc=f"(B, T, Hi) = {tuple(q.shape[:3])}")
     check_tensor("k", k, (q.shape[0], None, q.shape[3]), like=q, doc=f"(B={q.shape[0]}, S, di={q.shape[3]})")
-    q8, qs = quantize_fp8(q)
-    k8, ks = quantize_fp8(k)
+    q8, qs = quantize_fp8(q, "q")
+    k8, ks = quantize_fp8(k, "k")
     scores = indexer_scores_fp8(q8, w.to(torch.float32) * qs, k8, ks, q_pos)
-    return scores, topk_stable(scores, topk)
+    return scores, topk_stable(scores, topk, "topk")

@@ -71,6 +71,22 @@ def instruction_mix(kernel) -> tuple[collections.Counter, int]:
     return ops, int(regs.group(1)) if regs else -1
 
 
+def resource_usage(kernel) -> tuple[int, bool]:
+    """(registers per thread, whether it spills to local memory) of a compiled kernel, read from its cubin by
+    cuobjdump (no GPU needed; ``kernel.n_regs`` is only filled in once a driver loads the kernel)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(kernel.asm["cubin"])
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", path], capture_output=True, text=True,
+                               check=True).stdout
+    regs = re.search(r"REG:(\d+)", usage)
+    stack = re.search(r"STACK:(\d+)", usage)
+    local = re.search(r"LOCAL:(\d+)", usage)
+    spills = bool(stack and int(stack.group(1))) or bool(local and int(local.group(1)))
+    return (int(regs.group(1)) if regs else -1), spills
+
+
 def scan_mix(chunk: int, block_d: int, lanes_d: int, num_warps: int, n_state: int = 16) -> dict:
     """Instructions per (t, d, n) element of ``selective_scan.CHUNKED_SCAN_KERNEL`` (bf16 x/Δ/B/C, fp32 A, D and
     state)."""

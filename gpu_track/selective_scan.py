@@ -184,6 +184,10 @@ def _step_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h_ptr, y_ptr, h_new_
     tl.store(h_new_ptr + hrow, h.to(h_new_ptr.dtype.element_ty), mask=mask_dn)
 
 
+# public: gpu_track.targets compiles them ahead of time for each student GPU
+KERNELS = {"chunked": _scan_kernel, "sequential": _scan_seq_kernel, "step": _step_kernel}
+
+
 def _dtypes(*ts):
     return [t.dtype for t in ts if t is not None]
 
@@ -196,7 +200,7 @@ def check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, variant, la
     check_tensor("dt", dt, (Bt, L, Dm), like=x, doc=f"(Bt={Bt}, L={L}, Dm={Dm})")
     check_tensor("A", A, (Dm, None), like=x, doc=f"(Dm={Dm}, N)")
     N = A.shape[1]
-    check_tensor("B", B, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N})")
+    check_tensor("B", B, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N} as A)")
     check_tensor("C", C, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N})")
     if D is not None:
         check_tensor("D", D, (Dm,), like=x, doc=f"(Dm={Dm},)")
@@ -281,7 +285,7 @@ def check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d):
     check_tensor("dt", dt, (Bt, Dm), like=x, doc=f"(Bt={Bt}, Dm={Dm})")
     check_tensor("A", A, (Dm, None), like=x, doc=f"(Dm={Dm}, N)")
     N = A.shape[1]
-    check_tensor("B", B, (Bt, N), like=x, doc=f"(Bt={Bt}, N={N})")
+    check_tensor("B", B, (Bt, N), like=x, doc=f"(Bt={Bt}, N={N} as A)")
     check_tensor("C", C, (Bt, N), like=x, doc=f"(Bt={Bt}, N={N})")
     if D is not None:
         check_tensor("D", D, (Dm,), like=x, doc=f"(Dm={Dm},)")

@@ -71,6 +71,10 @@ def _sparse_attn_kernel(q_ptr, k_ptr, v_ptr, idx_ptr, sink_ptr, o_ptr, part_m_pt
                  mask=mask_g[:, None] & mask_dv[None, :])
 
 
+# public: gpu_track.targets compiles it ahead of time for each student GPU
+KERNELS = {"attention": _sparse_attn_kernel}
+
+
 def check_sparse_attention_args(q, k, v, idx, scale, sink, block_k, nsplit):
     """The torch wrapper's contract (shapes, dtypes, devices, index range); ValueError naming the argument."""
     B, S, Hq, Hkv, d, _ = check_gqa_operands(q, k, v)

@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_track.common import (DOT_MIN, acc_dtype, acc_torch_dtype, alloc, check_grid, check_index_space, check_int,
-                              check_tensor, check_tile, dot_precision, pow2, scan_combine)
+from gpu_track.common import (DOT_MIN, TILE_MAX, acc_dtype, acc_torch_dtype, alloc, check, check_grid,
+                              check_index_space, check_int, check_tensor, check_tile, dot_precision, pow2, scan_combine)
 
 
 @triton.jit
@@ -226,6 +226,11 @@ def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, states_ptr, h0_pt
         tl.store(y_ptr + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & (mask_p & okp)[None, :])
 
 
+# public: gpu_track.targets compiles them ahead of time for each student GPU
+KERNELS = {"single": _ssd_kernel, "chunk_state": _ssd_chunk_state_kernel, "state_pass": _ssd_state_pass_kernel,
+           "out": _ssd_out_kernel}
+
+
 def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block=512, pass_chunks=8,
                    heads_per_program=8):
     """The torch wrapper's contract (shapes, dtypes, devices, launch limits); ValueError naming the argument."""
@@ -235,12 +240,13 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
     check_tensor("A", A, (H,), like=x, doc=f"(H={H},)")
     check_tensor("B", B, (Bt, L, None), like=x, doc=f"(Bt={Bt}, L={L}, N)")
     N = B.shape[2]
-    check_tensor("C", C, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N})")
+    check_tensor("C", C, (Bt, L, N), like=x, doc=f"(Bt={Bt}, L={L}, N={N} as B)")
     if D is not None:
         check_tensor("D", D, (H,), like=x, doc=f"(H={H},)")
     if h0 is not None:
         check_tensor("h0", h0, (Bt, H, P, N), like=x, doc=f"(Bt={Bt}, H={H}, P={P}, N={N})")
     check_int("chunk", chunk)
+    check(int(chunk) <= TILE_MAX, f"chunk must be <= {TILE_MAX} (Triton's largest block), got {chunk}")
     check_tile("block_p", block_p)
     check_index_space("L", L + pow2(chunk), "one sequence's time axis")       # offs_t = j·Q + arange(Q) is int32
     if two_pass:

@@ -15,8 +15,8 @@ exercise has a capacity or a budget, one case fits it exactly (03.3: the bytes t
 so an eviction too many shows; top-k budgets equal to the number of candidates). Lab 00's formulas are checked past
 the sizes the public cases reach: 00.1's bytes past 2^32 and past 2^63 (an int, exactly: numpy's int64 wraps
 there, a float rounds), head groups and head sizes the public cases never draw; 00.2's L* below one token, models
-of 10^12 parameters and more, a pure SSM of 10^14. Lab 09 (Triton kernels) has none; tests/test_hidden_cases.py
-proves the cases valid for the reference and what they catch.
+of 10^12 parameters and more, a pure SSM of 10^14. Lab 09's Triton kernels get tile sizes the public cases never
+use. tests/test_hidden_cases.py proves the cases valid for the reference and what they catch.
 """
 from __future__ import annotations
 
@@ -95,17 +95,17 @@ def _levels(rng, counts, values):
 
 # ================================================================================================ lab 02
 def _ledger(rng):
-    from hybrid_lab.exercises.lab02 import _ledger_case
+    from hybrid_lab.exercises.lab02 import ledger_case
     every = int(rng.integers(600, 5000))
-    return [_ledger_case(rng, "hidden: L = every (exactly one snapshot)", L=every, every=every),
-            _ledger_case(rng, "hidden: L = every - 1 (no snapshot yet)", L=every - 1, every=every),
-            _ledger_case(rng, "hidden: L = every = 1 (the smallest sequence)", L=1, every=1),
-            _ledger_case(rng, "hidden: neither attention nor SSM layers", kv=0, n_ssm=0),
-            _ledger_case(rng, "hidden: 100 SSM layers, 8-byte numbers, a million tokens",
-                         L=10 ** 6 + int(rng.integers(1, 999)), every=int(rng.integers(700, 2000)), n_ssm=100,
-                         d_inner=16384, d_state=256, b=8),
-            _ledger_case(rng, "hidden: odd sizes (d_inner = 3000, d_state = 17, 3-byte numbers)", d_inner=3000,
-                         d_state=17, b=3, kv=int(rng.integers(1, 9)) * 3 * 2 * 96)]
+    return [ledger_case(rng, "hidden: L = every (exactly one snapshot)", L=every, every=every),
+            ledger_case(rng, "hidden: L = every - 1 (no snapshot yet)", L=every - 1, every=every),
+            ledger_case(rng, "hidden: L = every = 1 (the smallest sequence)", L=1, every=1),
+            ledger_case(rng, "hidden: neither attention nor SSM layers", kv=0, n_ssm=0),
+            ledger_case(rng, "hidden: 100 SSM layers, 8-byte numbers, a million tokens",
+                        L=10 ** 6 + int(rng.integers(1, 999)), every=int(rng.integers(700, 2000)), n_ssm=100,
+                        d_inner=16384, d_state=256, b=8),
+            ledger_case(rng, "hidden: odd sizes (d_inner = 3000, d_state = 17, 3-byte numbers)", d_inner=3000,
+                        d_state=17, b=3, kv=int(rng.integers(1, 9)) * 3 * 2 * 96)]
 
 
 def _reuse(rng):
@@ -231,13 +231,13 @@ def _evict(rng):
 
 # ================================================================================================ lab 04
 def _index_scores(rng):
-    from hybrid_lab.exercises.lab04 import _score_case
-    return [_score_case(rng, "hidden: wide (T = 24, S = 48, Hi = 8, di = 16)", T=24, S=48, Hi=8, di=16),
-            _score_case(rng, "hidden: unsorted q_pos, some far past the cache", T=10, S=20,
-                        q_pos=lambda T, S: rng.permutation(np.r_[rng.integers(0, S, T - 3), S + 100, 0, S - 1])),
-            _score_case(rng, "hidden: T = S = Hi = di = 1", T=1, S=1, Hi=1, di=1, q_pos=lambda T, S: np.zeros(T)),
-            _score_case(rng, "hidden: every query at position 0 (S = 40)", T=6, S=40, q_pos=lambda T, S: np.zeros(T)),
-            _score_case(rng, "hidden: integer inputs, wide", T=12, S=36, Hi=6, di=3, integer=True)]
+    from hybrid_lab.exercises.lab04 import score_case
+    return [score_case(rng, "hidden: wide (T = 24, S = 48, Hi = 8, di = 16)", T=24, S=48, Hi=8, di=16),
+            score_case(rng, "hidden: unsorted q_pos, some far past the cache", T=10, S=20,
+                       q_pos=lambda T, S: rng.permutation(np.r_[rng.integers(0, S, T - 3), S + 100, 0, S - 1])),
+            score_case(rng, "hidden: T = S = Hi = di = 1", T=1, S=1, Hi=1, di=1, q_pos=lambda T, S: np.zeros(T)),
+            score_case(rng, "hidden: every query at position 0 (S = 40)", T=6, S=40, q_pos=lambda T, S: np.zeros(T)),
+            score_case(rng, "hidden: integer inputs, wide", T=12, S=36, Hi=6, di=3, integer=True)]
 
 
 def _indexer_tie_case(rng):
@@ -264,42 +264,42 @@ def _indexer_tie_case(rng):
     else:
         raise RuntimeError("04.2 hidden tie case: no draw with ties at every top-k boundary")
     pos = np.full(T, S - 1)
-    from hybrid_lab.exercises.lab04 import _target
-    p = _target(rng, T, S, pos)
+    from hybrid_lab.exercises.lab04 import target
+    p = target(rng, T, S, pos)
     return Case("hidden: sparse stage, >= 10 exactly tied keys at every top-k boundary (S = 40, topk = 20)",
                 (P, xq, xk, p, pos, 0.3, None, "sparse", topk),
                 note=f"T={T}, S={S}, D={D}, Hi={Hi}, di={di}, integer weights, topk={topk}")
 
 
 def _indexer_step(rng):
-    from hybrid_lab.exercises.lab04 import _step_case
+    from hybrid_lab.exercises.lab04 import step_case
     return [_indexer_tie_case(rng),
-            _step_case(rng, "hidden: dense, wide (T = 8, S = 20, D = 6, Hi = 4, di = 6)", T=8, S=20, D=6, Hi=4, di=6),
-            _step_case(rng, "hidden: sparse, topk = the visible keys exactly", T=3, S=12, stage="sparse",
-                       pos=lambda T, S: np.full(T, 9), topk=10),
-            _step_case(rng, "hidden: sparse, topk = 2 of 16, clipping on", T=4, S=16, stage="sparse", topk=2,
-                       pos=lambda T, S: np.full(T, S - 1), clip=lambda n: 0.3 * n),
-            _step_case(rng, "hidden: no bias, sparse, wide", T=6, S=24, D=5, Hi=3, di=4, bias=False, stage="sparse",
-                       topk=7)]
+            step_case(rng, "hidden: dense, wide (T = 8, S = 20, D = 6, Hi = 4, di = 6)", T=8, S=20, D=6, Hi=4, di=6),
+            step_case(rng, "hidden: sparse, topk = the visible keys exactly", T=3, S=12, stage="sparse",
+                      pos=lambda T, S: np.full(T, 9), topk=10),
+            step_case(rng, "hidden: sparse, topk = 2 of 16, clipping on", T=4, S=16, stage="sparse", topk=2,
+                      pos=lambda T, S: np.full(T, S - 1), clip=lambda n: 0.3 * n),
+            step_case(rng, "hidden: no bias, sparse, wide", T=6, S=24, D=5, Hi=3, di=4, bias=False, stage="sparse",
+                      topk=7)]
 
 
 def _prefill_speedup(rng):
-    from hybrid_lab.exercises.lab04 import _cfg, _speedup_case
+    from hybrid_lab.exercises.lab04 import dsa_cfg, speedup_case
     big = int(rng.integers(10 ** 5, 10 ** 6))
-    return [_speedup_case(rng, "hidden: topk larger than every L", lambda k: rng.integers(1, 10 ** 5, 6),
-                          _cfg(rng, topk=10 ** 6)),
-            _speedup_case(rng, "hidden: L = k - 1, k, k + 1 for a large k", lambda k: [k - 1, k, k + 1],
-                          _cfg(rng, topk=big)),
-            _speedup_case(rng, "hidden: L up to 2^50", lambda k: [2 ** 40, 2 ** 45 + 3, 2 ** 50], _cfg(rng)),
-            _speedup_case(rng, "hidden: 64 unsorted lengths, a fast FP8 (x16)",
-                          lambda k: rng.permutation(np.r_[rng.integers(1, 10 ** 7, 61), k, 1, k + 1]),
-                          _cfg(rng, fp8=16.0)),
-            _speedup_case(rng, "hidden: k = 1, L = 1 and 2", [1, 2], _cfg(rng, topk=1))]
+    return [speedup_case(rng, "hidden: topk larger than every L", lambda k: rng.integers(1, 10 ** 5, 6),
+                         dsa_cfg(rng, topk=10 ** 6)),
+            speedup_case(rng, "hidden: L = k - 1, k, k + 1 for a large k", lambda k: [k - 1, k, k + 1],
+                         dsa_cfg(rng, topk=big)),
+            speedup_case(rng, "hidden: L up to 2^50", lambda k: [2 ** 40, 2 ** 45 + 3, 2 ** 50], dsa_cfg(rng)),
+            speedup_case(rng, "hidden: 64 unsorted lengths, a fast FP8 (x16)",
+                         lambda k: rng.permutation(np.r_[rng.integers(1, 10 ** 7, 61), k, 1, k + 1]),
+                         dsa_cfg(rng, fp8=16.0)),
+            speedup_case(rng, "hidden: k = 1, L = 1 and 2", [1, 2], dsa_cfg(rng, topk=1))]
 
 
 # ================================================================================================ lab 05
 def _select_blocks(rng):
-    from hybrid_lab.exercises.lab05 import _causal_row
+    from hybrid_lab.exercises.lab05 import causal_row
 
     def case(name, row, t, bs, n_blocks):
         return Case(name, (np.asarray(row, float), int(t), int(bs), int(n_blocks)),
@@ -312,29 +312,29 @@ def _select_blocks(rng):
     bs = int(rng.integers(3, 9))
     nb = int(rng.integers(4, 9))
     t = nb * bs                              # the query is the first position of block nb: that block is visible
-    out.append(case("hidden: t at the first position of a block (it counts)", _causal_row(rng, (nb + 3) * bs, t),
+    out.append(case("hidden: t at the first position of a block (it counts)", causal_row(rng, (nb + 3) * bs, t),
                     t, bs, nb + 1))
     out.append(case("hidden: t at the last position of a block (the next is not visible)",
-                    _causal_row(rng, (nb + 3) * bs, t - 1), t - 1, bs, nb + 1))
+                    causal_row(rng, (nb + 3) * bs, t - 1), t - 1, bs, nb + 1))
     S = int(rng.integers(3, 12))
-    out.append(case("hidden: block_size > S (one block)", _causal_row(rng, S, S - 1), S - 1, S + 3, 2))
+    out.append(case("hidden: block_size > S (one block)", causal_row(rng, S, S - 1), S - 1, S + 3, 2))
     S = int(rng.integers(20, 60))
-    out.append(case("hidden: block_size = 1, n_blocks = 1", _causal_row(rng, S, S - 1), S - 1, 1, 1))
+    out.append(case("hidden: block_size = 1, n_blocks = 1", causal_row(rng, S, S - 1), S - 1, 1, 1))
     bs, full = int(rng.integers(3, 9)), int(rng.integers(3, 8))
     S = full * bs + 1                        # the last block holds one position: the query's
     out.append(case("hidden: ragged last block of one position, n_blocks = the visible blocks",
-                    _causal_row(rng, S, S - 1), S - 1, bs, full + 1))
+                    causal_row(rng, S, S - 1), S - 1, bs, full + 1))
     return out
 
 
 def _reuse_error(rng):
-    from hybrid_lab.exercises.lab05 import _softmax
+    from hybrid_lab.exercises.lab05 import softmax
 
     def case(name, p, q, v, keep):
         return Case(name, (p, q, v, keep), note=f"S={len(p)}, dv={v.shape[1]}, kept={int(keep.sum())}")
     S, dv = 300, 16
-    p = _softmax(2.0 * rng.standard_normal(S))
-    q = _softmax(np.log(p) + 0.5 * rng.standard_normal(S))
+    p = softmax(2.0 * rng.standard_normal(S))
+    q = softmax(np.log(p) + 0.5 * rng.standard_normal(S))
     v = rng.standard_normal((S, dv))
     keep = np.zeros(S, bool)
     keep[np.argsort(-p, kind="stable")[:40]] = True
@@ -350,15 +350,15 @@ def _reuse_error(rng):
 
 
 def _overlap(rng):
-    from hybrid_lab.exercises.lab05 import _stack
+    from hybrid_lab.exercises.lab05 import stack
 
     def case(name, probs, k):
         return Case(name, (np.asarray(probs, float), int(k)), note=f"n_layers={len(probs)}, L={probs.shape[1]}, k={k}")
     tied = np.stack([_levels(rng, [12, 20, 16], [3.0, 2.0, 1.0]) / 64.0 for _ in range(5)])
     return [case("hidden: 5 layers, 48 positions, 20 tied at the cut (k = 22)", tied, 22),
             case("hidden: one layer, one position (k = L = 1)", np.ones((1, 1)), 1),
-            case("hidden: 16 layers, L = 100", _stack(rng, 16, 100, 0.4), 10),
-            case("hidden: k = L - 1", _stack(rng, 4, 30, 0.7), 29)]
+            case("hidden: 16 layers, L = 100", stack(rng, 16, 100, 0.4), 10),
+            case("hidden: k = L - 1", stack(rng, 4, 30, 0.7), 29)]
 
 
 # ================================================================================================ lab 06
@@ -381,13 +381,13 @@ def _forced_window(rng):
 
 
 def _decode(rng):
-    from hybrid_lab.exercises.lab06 import _decode_case
-    return [_decode_case(rng, "hidden: FA first, groups of one FA (no SA), windows and topk of 1", L=6, steps=3,
-                         self_swa_before=0, groups=2, group_size=1, swa_window=1, window=1, topk=1),
-            _decode_case(rng, "hidden: prompt = the SWA window exactly, no SWA after the FA", L=4, steps=3,
-                         swa_window=4, self_swa_after=0),
-            _decode_case(rng, "hidden: 4 KV heads (MHA), 3 groups of 2", L=9, steps=3, n_heads_kv=4, groups=3,
-                         group_size=2, topk=3)]
+    from hybrid_lab.exercises.lab06 import decode_case
+    return [decode_case(rng, "hidden: FA first, groups of one FA (no SA), windows and topk of 1", L=6, steps=3,
+                        self_swa_before=0, groups=2, group_size=1, swa_window=1, window=1, topk=1),
+            decode_case(rng, "hidden: prompt = the SWA window exactly, no SWA after the FA", L=4, steps=3,
+                        swa_window=4, self_swa_after=0),
+            decode_case(rng, "hidden: 4 KV heads (MHA), 3 groups of 2", L=9, steps=3, n_heads_kv=4, groups=3,
+                        group_size=2, topk=3)]
 
 
 def _kv_bytes(rng):
@@ -415,23 +415,23 @@ def _kv_bytes(rng):
 
 # ================================================================================================ lab 07
 def _p_stream(rng):
-    from hybrid_lab.exercises.lab07 import _describe, _p_model, _small_cfg
+    from hybrid_lab.exercises.lab07 import describe, p_model, small_cfg
 
     def case(name, cfg, L, chunk):
-        return Case(name, (_p_model(cfg), rng.integers(0, cfg.vocab, L), int(chunk)),
-                    note=f"L={L}, chunk_size={chunk}; {_describe(cfg)}")
+        return Case(name, (p_model(cfg), rng.integers(0, cfg.vocab, L), int(chunk)),
+                    note=f"L={L}, chunk_size={chunk}; {describe(cfg)}")
     L = int(rng.integers(5, 20))
-    return [case("hidden: a one-token prompt, chunk = 1", _small_cfg(rng), 1, 1),
-            case("hidden: chunk = L - 1 (a last chunk of one token)", _small_cfg(rng), L, L - 1),
-            case("hidden: no SWA layer (FA only in the Self-decoder)", _small_cfg(rng, self_swa_before=0,
+    return [case("hidden: a one-token prompt, chunk = 1", small_cfg(rng), 1, 1),
+            case("hidden: chunk = L - 1 (a last chunk of one token)", small_cfg(rng), L, L - 1),
+            case("hidden: no SWA layer (FA only in the Self-decoder)", small_cfg(rng, self_swa_before=0,
                                                                                  self_swa_after=0), L, 4),
-            case("hidden: swa_window = 1, groups of one FA", _small_cfg(rng, swa_window=1, groups=3, group_size=1),
+            case("hidden: swa_window = 1, groups of one FA", small_cfg(rng, swa_window=1, groups=3, group_size=1),
                  L, 3),
-            case("hidden: chunk far beyond the prompt", _small_cfg(rng), L, 1000)]
+            case("hidden: chunk far beyond the prompt", small_cfg(rng), L, 1000)]
 
 
 def _generate(rng):
-    from hybrid_lab.exercises.lab07 import _describe, _small_cfg
+    from hybrid_lab.exercises.lab07 import describe, small_cfg
     from hybrid_lab.models.hysparse2 import HySparse2, self_decoder_weight_names
     from hybrid_lab.serving.pd_bundle import PDBundle, weights_hash
 
@@ -446,16 +446,16 @@ def _generate(rng):
         bundle = PDBundle.from_cache(cache, cfg, weights_hash(p.weights, self_decoder_weight_names(cfg)),
                                      int(rng.integers(1, 17)))
         return Case(name, (HySparse2(cfg, weights=weights), bundle, n_new),
-                    note=f"prompt of {L} tokens, n_new={n_new}; {_describe(cfg)}" + (", tied LM head" if tie else ""))
-    return [case("hidden: logits tied 32 ways, vocab 320 (ties to the smaller id)", _small_cfg(rng, vocab=320),
+                    note=f"prompt of {L} tokens, n_new={n_new}; {describe(cfg)}" + (", tied LM head" if tie else ""))
+    return [case("hidden: logits tied 32 ways, vocab 320 (ties to the smaller id)", small_cfg(rng, vocab=320),
                  int(rng.integers(3, 12)), 6, tie=True),
-            case("hidden: a one-token prompt, n_new = 1", _small_cfg(rng), 1, 1),
-            case("hidden: swa_window = 1, no SWA after the FA", _small_cfg(rng, swa_window=1, self_swa_after=0),
+            case("hidden: a one-token prompt, n_new = 1", small_cfg(rng), 1, 1),
+            case("hidden: swa_window = 1, no SWA after the FA", small_cfg(rng, swa_window=1, self_swa_after=0),
                  int(rng.integers(3, 10)), 3)]
 
 
 def _longest_path(rng):
-    from hybrid_lab.exercises.lab07 import _dag_case
+    from hybrid_lab.exercises.lab07 import dag_case
     from hybrid_lab.serving.pd_timeline import PDTiming, build_pd_dag
 
     def short(name, durations, preds, release, order=None):
@@ -479,13 +479,13 @@ def _longest_path(rng):
     out.append(short("hidden: 40 tied predecessors (the first listed, not the first in order)", d,
                      {"join": listed}, {}))
     # a zero-duration task after the last one ends together with it: the path ends at the first in order
-    out.append(_dag_case("hidden: a zero-duration successor ends with its predecessor", {"a": 5.0, "z": 0.0,
-                         "b": 2.0}, {"z": ["a"], "b": []}, {}))
+    out.append(dag_case("hidden: a zero-duration successor ends with its predecessor", {"a": 5.0, "z": 0.0,
+                        "b": 2.0}, {"z": ["a"], "b": []}, {}))
     chain = {f"c{i:02d}": 0.0 for i in range(40)}
     out.append(short("hidden: a chain of 40 zero-duration tasks, released at 7", chain,
                      {f"c{i:02d}": [f"c{i - 1:02d}"] for i in range(1, 40)}, {"c00": 7.0}))
-    out.append(_dag_case("hidden: a release that ties two predecessors (the path goes through the first listed)",
-                         {"x": 4.0, "y": 4.0, "r": 1.0}, {"r": ["y", "x"]}, {"r": 4.0, "x": 0.0}))
+    out.append(dag_case("hidden: a release that ties two predecessors (the path goes through the first listed)",
+                        {"x": 4.0, "y": 4.0, "r": 1.0}, {"r": ["y", "x"]}, {"r": 4.0, "x": 0.0}))
     t = PDTiming(n_requests=3, prompt_len=4096, chunk=1024, bandwidth_gbs=2.0, n_new=2, arrival_gap_ms=50.0)
     dag = build_pd_dag(t)
     out.append(Case("hidden: the PD pipeline (3 requests, 4 chunks, arrivals 50 ms apart)",
@@ -550,9 +550,46 @@ def _forecast_step(rng):
             case("hidden: late step (t = 1000), no clipping", 1, 3, 2, 4, 4, 12, 3, t=1000, clip=False)]
 
 
+# ================================================================================================ lab 09
+# The Triton kernels (on a GPU, or on the CPU under TRITON_INTERPRET=1): tile sizes the public cases never use
+# (BLOCK_K = 4, 8, 32; D = 1 and past 64; Q = 64), selections that fill the tiles exactly or hold one entry.
+def _gather(rng):
+    from hybrid_lab.exercises.lab09 import gather_case
+    return [gather_case(rng, "hidden: BLOCK_K = 32, ragged (K_SEL = 45)", S=70, k_sel=45, block_k=32),
+            gather_case(rng, "hidden: BLOCK_K = 4, 11 programs", S=60, k_sel=41, block_k=4),
+            gather_case(rng, "hidden: D = 1", S=30, D=1, k_sel=20),
+            gather_case(rng, "hidden: D = 100 (past a power of two)", S=40, D=100, k_sel=33),
+            gather_case(rng, "hidden: K_SEL = BLOCK_K exactly (the row after it stays NaN)", S=40, k_sel=16),
+            gather_case(rng, "hidden: K_SEL = 1, no padding", S=25, k_sel=1, pad=0)]
+
+
+def _sparse_decode(rng):
+    from hybrid_lab.exercises.lab09 import decode_case
+    return [decode_case(rng, "hidden: BLOCK_K = 32", S=80, k_sel=70, block_k=32),
+            decode_case(rng, "hidden: BLOCK_K = 8", S=40, k_sel=29, block_k=8),
+            decode_case(rng, "hidden: D = 64, 4 KV heads of one query head each", Hkv=4, G=1, D=64, S=40, k_sel=33),
+            decode_case(rng, "hidden: every position selected (K_SEL = S), no padding", S=48, k_sel=48, pad="none"),
+            decode_case(rng, "hidden: K_SEL = 1", S=30, k_sel=1, pad="none"),
+            decode_case(rng, "hidden: 3 sequences, 4 query heads per KV head", B=3, Hkv=1, G=4, S=36, k_sel=30)]
+
+
+def _chunk_decay(rng):
+    from hybrid_lab.exercises.lab09 import chunk_case
+
+    def two_big(Q):
+        dt = np.log1p(np.exp(rng.normal(size=Q)))
+        dt[[Q // 4, 3 * Q // 4]] = 400.0
+        return dt
+    return [chunk_case(rng, "hidden: Q = 64, P = 64", 64, 64),
+            chunk_case(rng, "hidden: Q = 16, P = 64", 16, 64),
+            chunk_case(rng, "hidden: tiny Δ (1e-6: L is almost the causal mask)", dt=lambda Q: np.full(Q, 1e-6)),
+            chunk_case(rng, "hidden: Δ x1000 everywhere", dt=lambda Q: 1000 * np.log1p(np.exp(rng.normal(size=Q)))),
+            chunk_case(rng, "hidden: two large steps", 64, 16, dt=two_big)]
+
+
 # ================================================================================================ lab 10
 def _accuracy(rng):
-    from hybrid_lab.exercises.lab10 import _acc_case
+    from hybrid_lab.exercises.lab10 import acc_case
 
     def tied():                 # 300 logits per answer, 32 of them tied at the maximum (shuffled): the target is the
         B, T, V = 2, 12, 300    # first maximum, another maximum, or not a maximum
@@ -563,17 +600,17 @@ def _accuracy(rng):
                 top = np.flatnonzero(logits[b, t] == 2.0)
                 targets[b, t] = (top[0], top[int(rng.integers(1, len(top)))],
                                  int(np.flatnonzero(logits[b, t] < 2.0)[0]))[(b * T + t) % 3]
-        return _acc_case(rng, "hidden: 32 tied maxima among 300 logits (numpy's first maximum)", B=B, T=T, V=V,
-                         edges=[0, 10, 20], logits=logits, targets=targets,
-                         dist=lambda B, T, e: rng.integers(0, 20, (B, T)))
+        return acc_case(rng, "hidden: 32 tied maxima among 300 logits (numpy's first maximum)", B=B, T=T, V=V,
+                        edges=[0, 10, 20], logits=logits, targets=targets,
+                        dist=lambda B, T, e: rng.integers(0, 20, (B, T)))
     return [tied(),
-            _acc_case(rng, "hidden: buckets of width 1", edges=np.arange(5, 12), dist=lambda B, T, e:
-                      rng.integers(4, 13, (B, T))),
-            _acc_case(rng, "hidden: wide batch (B = 6, T = 64, V = 50)", B=6, T=64, V=50),
-            _acc_case(rng, "hidden: nothing asked (every bucket empty)", asked=lambda B, T, e: np.zeros((B, T), bool)),
-            _acc_case(rng, "hidden: dist at the first edge and one below", edges=[3, 9, 30],
-                      dist=lambda B, T, e: rng.choice([2, 3, 29, 30], (B, T)),
-                      asked=lambda B, T, e: np.ones((B, T), bool))]
+            acc_case(rng, "hidden: buckets of width 1", edges=np.arange(5, 12), dist=lambda B, T, e:
+                     rng.integers(4, 13, (B, T))),
+            acc_case(rng, "hidden: wide batch (B = 6, T = 64, V = 50)", B=6, T=64, V=50),
+            acc_case(rng, "hidden: nothing asked (every bucket empty)", asked=lambda B, T, e: np.zeros((B, T), bool)),
+            acc_case(rng, "hidden: dist at the first edge and one below", edges=[3, 9, 30],
+                     dist=lambda B, T, e: rng.choice([2, 3, 29, 30], (B, T)),
+                     asked=lambda B, T, e: np.ones((B, T), bool))]
 
 
 def _cache_bytes(rng):
@@ -595,24 +632,24 @@ def _cache_bytes(rng):
 
 
 def _evidence(rng):
-    from hybrid_lab.exercises.lab10 import _recall_case, _selection
+    from hybrid_lab.exercises.lab10 import recall_case, selection
 
     def dup_rows(q, kept, missing):                  # the same position twice: kept twice (True) or missing twice
         p = int(rng.choice(sorted(kept))) if q % 2 == 0 else int(rng.choice(sorted(missing)))
         return [p, p, -1]
-    return [Case("hidden: E = 0 (no evidence slot at all: True)", (_selection(rng, 4, 50, 6), np.zeros((4, 0),
+    return [Case("hidden: E = 0 (no evidence slot at all: True)", (selection(rng, 4, 50, 6), np.zeros((4, 0),
                                                                                                   np.int64)),
                  note="Q=4, K=6, E=0"),
             Case("hidden: one query, idx [-1], evidence [-1]", (np.array([[-1]]), np.array([[-1]])),
                  note="Q=1, K=1, E=1"),
-            _recall_case(rng, "hidden: wide (Q = 50, K = 64, E = 6)", Q=50, S=400, K=64, E=6),
-            _recall_case(rng, "hidden: an evidence position listed twice", Q=6, S=60, K=10, E=3, pad=0.0,
-                         rows=dup_rows)]
+            recall_case(rng, "hidden: wide (Q = 50, K = 64, E = 6)", Q=50, S=400, K=64, E=6),
+            recall_case(rng, "hidden: an evidence position listed twice", Q=6, S=60, K=10, E=3, pad=0.0,
+                        rows=dup_rows)]
 
 
 # ================================================================================================ lab 11
 def _topk_recall(rng):
-    from hybrid_lab.exercises.lab11 import _recall_case
+    from hybrid_lab.exercises.lab11 import recall_case
 
     def tied_scores(vis, p):                           # 48 keys: 8 at 2, 24 tied at 1 across the cut, 16 at 0
         return np.stack([_levels(rng, [8, 24, 16], [2.0, 1.0, 0.0]) for _ in range(len(vis))])
@@ -625,20 +662,20 @@ def _topk_recall(rng):
 
     def everything(T, S):
         return np.ones((T, S), bool)
-    return [_recall_case(rng, "hidden: 24 tied scores across the cut (S = 48, k = 20)", T=4, S=48, k=20,
-                         visible=everything, scores=tied_scores),
-            _recall_case(rng, "hidden: 24 tied probabilities across the cut (S = 48, k = 20)", T=4, S=48, k=20,
-                         visible=everything, scores=noisy, probs=tied_probs),
-            _recall_case(rng, "hidden: k = the visible keys exactly", T=3, S=10, k=10, visible=everything),
-            _recall_case(rng, "hidden: k = the visible keys - 1", T=3, S=10, k=9, visible=everything),
-            _recall_case(rng, "hidden: T = S = 1", T=1, S=1, k=1)]
+    return [recall_case(rng, "hidden: 24 tied scores across the cut (S = 48, k = 20)", T=4, S=48, k=20,
+                        visible=everything, scores=tied_scores),
+            recall_case(rng, "hidden: 24 tied probabilities across the cut (S = 48, k = 20)", T=4, S=48, k=20,
+                        visible=everything, scores=noisy, probs=tied_probs),
+            recall_case(rng, "hidden: k = the visible keys exactly", T=3, S=10, k=10, visible=everything),
+            recall_case(rng, "hidden: k = the visible keys - 1", T=3, S=10, k=9, visible=everything),
+            recall_case(rng, "hidden: T = S = 1", T=1, S=1, k=1)]
 
 
 def _topk_attention(rng):
-    from hybrid_lab.exercises.lab11 import _attn_case
+    from hybrid_lab.exercises.lab11 import attn_case
 
     def negative(rng, name, **kw):                     # every logit about -900: exp underflows to 0 (0 / 0)
-        c = _attn_case(rng, name, **kw)
+        c = attn_case(rng, name, **kw)
         q, k, v, idx, scale = c.args
         q, k = q.copy(), k.copy()
         q[:, 0] = np.sqrt(900.0 / scale)
@@ -654,25 +691,25 @@ def _topk_attention(rng):
         sel[:, 2] = rng.integers(0, S - 1, Hkv)
         return sel
     return [negative(rng, "hidden: logits about -900 (exp underflows unless the max is subtracted)", d=8, K=6),
-            _attn_case(rng, "hidden: every position selected (K = S)", S=20, K=20, idx=everything),
-            _attn_case(rng, "hidden: Hq = Hkv = 4 (G = 1), d = 64", Hkv=4, G=1, d=64, dv=32),
-            _attn_case(rng, "hidden: position S - 1 next to -1 padding", K=4, idx=last_and_pad),
-            _attn_case(rng, "hidden: K = 1, every slot -1", K=1, idx=lambda Hkv, S, K: np.full((Hkv, K), -1))]
+            attn_case(rng, "hidden: every position selected (K = S)", S=20, K=20, idx=everything),
+            attn_case(rng, "hidden: Hq = Hkv = 4 (G = 1), d = 64", Hkv=4, G=1, d=64, dv=32),
+            attn_case(rng, "hidden: position S - 1 next to -1 padding", K=4, idx=last_and_pad),
+            attn_case(rng, "hidden: K = 1, every slot -1", K=1, idx=lambda Hkv, S, K: np.full((Hkv, K), -1))]
 
 
 def _fetch(rng):
-    from hybrid_lab.exercises.lab11 import _fetch_case
+    from hybrid_lab.exercises.lab11 import fetch_case
     N = 10 ** 9
     a = rng.choice(np.arange(N - 100, N), 8, replace=False)
-    return [_fetch_case(rng, "hidden: everything empty (K1 = K2 = R = 0)", [], [], []),
-            _fetch_case(rng, "hidden: all -1 in prev_blocks and new_blocks", [-1, -1], [-1, -1, -1], [0]),
-            _fetch_case(rng, "hidden: block ids near 10^9, block_bytes = 1", a[:4], a[2:], [a[7]], block_bytes=1),
-            _fetch_case(rng, "hidden: a block in prev_blocks and resident, selected again", [5, 7, -1],
-                        [7, 5, 9, -1], [7, 0]),
-            _fetch_case(rng, "hidden: -1 in resident too", [3], [3, 4, -1, 6], [-1, 6]),
-            _fetch_case(rng, "hidden: 64 new blocks, -1 slots among them",
-                        rng.permutation(200)[:16], np.where(rng.random(64) < 0.2, -1, rng.permutation(300)[:64]),
-                        [0])]
+    return [fetch_case(rng, "hidden: everything empty (K1 = K2 = R = 0)", [], [], []),
+            fetch_case(rng, "hidden: all -1 in prev_blocks and new_blocks", [-1, -1], [-1, -1, -1], [0]),
+            fetch_case(rng, "hidden: block ids near 10^9, block_bytes = 1", a[:4], a[2:], [a[7]], block_bytes=1),
+            fetch_case(rng, "hidden: a block in prev_blocks and resident, selected again", [5, 7, -1],
+                       [7, 5, 9, -1], [7, 0]),
+            fetch_case(rng, "hidden: -1 in resident too", [3], [3, 4, -1, 6], [-1, 6]),
+            fetch_case(rng, "hidden: 64 new blocks, -1 slots among them",
+                       rng.permutation(200)[:16], np.where(rng.random(64) < 0.2, -1, rng.permutation(300)[:64]),
+                       [0])]
 
 
 CASES = {"00.1": _kv_per_token, "00.2": _crossover,
@@ -684,5 +721,6 @@ CASES = {"00.1": _kv_per_token, "00.2": _crossover,
          "06.1": _forced_window, "06.2": _decode, "06.3": _kv_bytes,
          "07.1": _p_stream, "07.2": _generate, "07.3": _longest_path,
          "08.1": _compress, "08.2": _kl, "08.3": _forecast_step,
+         "09.1": _gather, "09.2": _sparse_decode, "09.3": _chunk_decay,
          "10.1": _accuracy, "10.2": _cache_bytes, "10.3": _evidence,
          "11.1": _topk_recall, "11.2": _topk_attention, "11.3": _fetch}

@@ -102,3 +102,37 @@ def test_cli_class_grading_needs_the_lab_and_says_so(tmp_path):
     p = subprocess.run([sys.executable, "-m", "hybrid_lab.course.cli", "grade", str(tmp_path)], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip().endswith("--lab 01") and "Traceback" not in p.stderr
+
+
+CRASHES = {   # how exercise 01.2 kills its kernel -> what the grader must say of it
+    "os.kill(getpid, 9) in the function": ("    ### BEGIN SOLUTION", "    import os\n    os.kill(os.getpid(), 9)\n"
+                                           "    ### BEGIN SOLUTION", "it was killed by signal 9 (SIGKILL)"),
+    "os._exit(3) in the cell": ("def decay_matrix(c):", "import os\nos._exit(3)\ndef decay_matrix(c):",
+                                "the kernel exited with status 3"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(CRASHES))
+def test_a_kernel_that_dies_costs_only_its_exercise(how, tmp_path):
+    """Exercise 01.2 kills the kernel; the grader restarts one (the reference standing in for decay_matrix, which
+    01.4 calls) and grades 01.3 and 01.4 on their own: they are right, so they get their points."""
+    old, new, said = CRASHES[how]
+    path = tmp_path / SSM.name
+    nbformat.write(_edit(_solved(), "01.2", old, new), str(path))
+    rows = {r.exercise: r for r in course.grade(path, quiet=True, timeout=60)}
+    table = course.format_table(list(rows.values()))
+    assert [e for e, r in rows.items() if r.passed] == ["01.1", "01.3", "01.4"], table
+    crash = rows["01.2"].message
+    assert "the kernel" in crash and "out of memory?" not in crash, table
+    from hybrid_lab.core import sandbox
+    if not sandbox.available()[0] or "exit" in how:       # bubblewrap reports a signal as 128 + its number
+        assert said in crash, table
+
+
+def test_a_dead_kernel_is_named_by_its_signal_or_exit_status_never_guessed():
+    assert course.kernel_death(None) == course.KERNEL_DIED and "memory limit" in course.KERNEL_DIED
+    assert course.kernel_death(-9).endswith("killed by signal 9 (SIGKILL)")
+    assert course.kernel_death(128 + 11, sandboxed=True).endswith("killed by signal 11 (SIGSEGV)")
+    assert "exited with status 139" in course.kernel_death(139)         # outside the sandbox 139 is an exit status
+    assert "exited with status 3" in course.kernel_death(3)
+    assert all("out of memory?" not in course.kernel_death(c) for c in (None, -9, -11, 3, 0))

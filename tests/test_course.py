@@ -340,10 +340,30 @@ def test_check_names_a_stale_solution_and_the_fix(tmp_path, monkeypatch):
     course.build()
     assert course.out_of_sync() == ["solutions/01_mini.ipynb: edited since its outputs were stored; run hybrid-lab "
                                     "execute solutions/01_mini.ipynb && hybrid-lab build solutions/01_mini.ipynb"]
+    course.execute(sol)        # the lab already has the edited cells, with the outputs of before
+    assert course.out_of_sync() == ["labs/01_mini.ipynb: cells current, outputs or metadata differ (the lab was run "
+                                    "and saved, or its solution re-executed since the build); to restore the stored "
+                                    "outputs run hybrid-lab build solutions/01_mini.ipynb"]
+    nb.cells[3].source = "print(double(4))"                          # edited and executed, lab not rebuilt
+    nbformat.write(nb, str(sol))
     course.execute(sol)
     assert course.out_of_sync() == ["labs/01_mini.ipynb: older than its solution; run hybrid-lab build "
                                     "solutions/01_mini.ipynb"]
     course.build()
+    assert course.out_of_sync() == []
+
+
+def test_check_tells_a_run_and_saved_lab_from_a_stale_one(tmp_path, monkeypatch):
+    """Run All then JupyterLab's autosave changes outputs only: not "older than its solution"."""
+    sol, lab = _mini_repo(tmp_path, monkeypatch)
+    nb = nbformat.read(str(lab), as_version=4)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="0\n1\n2\n3\n")]
+    nb.cells[0].execution_count = 7
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    nbformat.write(nb, str(lab))
+    (msg,) = course.out_of_sync()
+    assert "cells current, outputs or metadata differ" in msg and "older" not in msg and "edited by hand" not in msg
+    course.build()                                                   # not a student's edit: no --force needed
     assert course.out_of_sync() == []
 
 

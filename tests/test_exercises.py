@@ -170,3 +170,46 @@ def test_untouched_lab_runs_to_the_end_in_under_a_minute(lab, tmp_path):
     for e in course.exercises(nb):
         assert f"Exercise {e.id} not done yet" in text, f"{lab.name}: no 'not done yet' for {e.id}"
     assert took < 60, f"{lab.name}: Run All took {took:.0f} s"
+
+
+# ------------------------------------------------------------------------------------------ integers of any size
+def test_compare_values_compares_integers_of_any_size_exactly():
+    import numpy as np
+
+    from hybrid_lab.exercises.framework import compare_values
+    big = 3 ** 50 + 7                                       # > 2^64, odd: no float holds it
+    assert compare_values(big, big) is None
+    assert compare_values(np.array([1, big, -big], dtype=object), np.array([1, big, -big], dtype=object)) is None
+    assert compare_values([1, big], np.array([1, big], dtype=object)) is None      # a list of Python ints
+    off = compare_values(big + 1, big)
+    assert off is not None and f"got {big + 1}, expected {big} (an integer, exactly)" in off, off
+    at = compare_values(np.array([1, big - 1], dtype=object), np.array([1, big], dtype=object), "n", ("i",))
+    assert at is not None and at.startswith("n wrong at i=1 (1 of 2 entries)"), at
+    # a float: right only when it is that very integer; a rounded one fails and says to return an int
+    assert compare_values(2.0 ** 70, 2 ** 70) is None
+    rounded = compare_values(float(big), big)
+    assert rounded is not None and "2^53" in rounded and "return an int" in rounded, rounded
+    # numpy's fixed-size integers cannot hold it: the wrapped value fails, with the reason
+    wrapped = compare_values(np.int64((big + 2 ** 63) % 2 ** 64 - 2 ** 63), big)
+    assert wrapped is not None and "int64 cannot hold it" in wrapped, wrapped
+    assert compare_values("many", big) is not None and compare_values(None, big) is not None
+    # past int64 but within uint64 (numpy would compare through float64 there): exactly too
+    assert compare_values(2 ** 63 + 1, 2 ** 63 + 1) is None and compare_values(2 ** 63, 2 ** 63 + 1) is not None
+    assert compare_values(float(2 ** 63), 2 ** 63 + 1) is not None
+    # the ordinary paths are unchanged: int64 exactly, floats to the tolerance
+    assert compare_values(np.array([1, 2]), np.array([1, 2])) is None
+    assert compare_values(np.array([1, 3]), np.array([1, 2])) is not None
+    assert compare_values(1.0 + 1e-9, 1.0) is None and compare_values(1.001, 1.0) is not None
+
+
+def test_compare_values_agrees_with_00_1s_own_comparison_past_2_63():
+    """00.1 compares its results past 2^63 itself; compare_values now gives the same pass / fail there."""
+    import numpy as np
+
+    from hybrid_lab.exercises.framework import compare_values
+    ex = get("00.1")
+    case = ex.cases(np.random.default_rng(0))[0]
+    for want in (2 ** 63 + 5, 3 ** 45 * 8, 2 ** 70):
+        wrapped = np.int64((want + 2 ** 63) % 2 ** 64 - 2 ** 63)             # what numpy's int64 makes of it
+        for got in (want, want + 1, want - 8, float(want), np.float64(want), wrapped, np.uint64(want % 2 ** 64), "x"):
+            assert (compare_values(got, want) is None) == (ex.compare(got, want, case) is None), (got, want)

@@ -29,7 +29,9 @@ SIDECAR = "course"                     # tooling: its own island on top of core
 # what they load): the only way course/ reaches above core
 SIDECAR_LAZY = {"hybrid_lab.course.cli": {"hybrid_lab.trained.train"},
                 # `hybrid-lab grade` decides each verdict itself: the exercises' cases, references and comparison
-                "hybrid_lab.course.pipeline": {"hybrid_lab.exercises.verdicts", "hybrid_lab.exercises.framework"}}
+                "hybrid_lab.course.pipeline": {"hybrid_lab.exercises.verdicts", "hybrid_lab.exercises.framework"},
+                # `grade --similarity` compares with the library code each exercise's spec names
+                "hybrid_lab.course.similarity": {"hybrid_lab.exercises.framework"}}
 FACADE_LAYER = "ops"                   # hybrid_lab/__init__.py re-exports the backend switch (ops/registry)
 GPU_MAY_IMPORT = {"hybrid_lab.ops.contracts"}
 

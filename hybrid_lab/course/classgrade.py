@@ -132,8 +132,15 @@ def grade_one(sub: Submission, lab: str, cell_timeout: int, time_limit: int, mem
         else:
             last = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit code {proc.returncode}"]
             why = last[0].removeprefix("hybrid-lab: ")
-            if proc.returncode < 0 or "MemoryError" in err:
-                why = f"the grader was killed ({why}); out of memory (limit {memory_mb} MB)?"
+            if "MemoryError" in err:                  # the known cause: it ran into the address-space limit
+                why = f"the grader ran out of memory ({why}; limit {memory_mb} MB)"
+            elif proc.returncode < 0:                   # a signal: named, not guessed at
+                try:
+                    name = signal.Signals(-proc.returncode).name
+                except ValueError:
+                    name = "an unknown signal"
+                why = (f"the grader was killed by signal {-proc.returncode} ({name}: a crash, or the system's "
+                       f"out-of-memory killer; its limit is {memory_mb} MB) ({why})")
             res.status = f"FAIL: {why[:300]}"
     for r in res.rows:
         if r["exercise"] != "setup":

@@ -6,12 +6,14 @@
     hybrid-lab grade subs/ --lab 01 --roster r.csv --gradebook gb.csv --exports lms/   # the course (gradebook.py)
     hybrid-lab build [--force]           # regenerate labs/ from solutions/ (lecturers)
     hybrid-lab build --mode assignment --out DIR                           # assignments (release.py)
+    hybrid-lab build --mode student --out DIR     # assignments + the package, no solutions (student_copy.py)
     hybrid-lab check                     # every solution executed, every lab in sync?
     hybrid-lab execute solutions/01_x.ipynb
-    hybrid-lab slides solutions/01_x.ipynb [--out F] [--mark]             # an offline deck (slides.py)
+    hybrid-lab slides solutions/01_x.ipynb [--out F] [--mark] [--pdf]     # an offline deck (slides.py)
     hybrid-lab export nbgrader DIR       # an nbgrader course (release.py)
     hybrid-lab bench [NAME ...]          # run benchmarks/bench_*.py (JSON under benchmarks/results/)
     hybrid-lab train EXPERIMENT [--quick] [--jobs N]   # train the small models of notebook 10 (trained/train.py)
+    hybrid-lab hub-links --hub URL --repo URL [--branch main] [--lab 01]   # nbgitpuller links (hub.py)
 
 Every failure prints one line, ``hybrid-lab: what is wrong; the command that fixes it``, and exits non-zero (2 for a
 usage or set-up mistake, 1 when grading finds a failing exercise); never a traceback (``HYBRID_LAB_DEBUG=1`` shows
@@ -33,7 +35,7 @@ from pathlib import Path
 from hybrid_lab.course import classgrade, release, slides
 from hybrid_lab.course import pipeline as course
 
-COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train")
+COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train", "hub-links")
 # JupyterLab's plugin that asks "Would you like to get notified about official Jupyter news?" on first start and
 # checks for updates; it needs the internet, and its pop-up covers the notebook. (`--LabApp.news_url=None` alone
 # does not stop the question: JupyterLab 4 asks as long as the `fetchNews` setting is "none".)
@@ -157,6 +159,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="class grading: write DIR/gradescope/LAB/STUDENT/results.json, DIR/canvas.csv and "
                         "DIR/moodle.csv (grade-import files; their rows are the roster's students)")
     p.add_argument("--feedback", help="class grading: a folder for one feedback file per student")
+    p.add_argument("--similarity", action="store_true",
+                   help="class grading: flag exercise code that is a near copy of another student's or of the "
+                        "library's; writes similarity_labNN.csv beside the gradebook (or --csv) and the gradebook's "
+                        "similarity column; no score changes")
     p.add_argument("-j", "--jobs", type=int, help="class grading: submissions at once (default: all cores)")
     p.add_argument("--timeout", type=int, help="seconds per cell (default 300; class grading 120)")
     p.add_argument("--time-limit", type=int, help="class grading: seconds per submission (default 900)")
@@ -172,13 +178,16 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="regenerate labs/ from solutions/")
     p.add_argument("paths", nargs="*")
     p.add_argument("--force", action="store_true", help="overwrite labs that hold edits (a student's work)")
-    p.add_argument("--mode", choices=("practice", "assignment"), default="practice",
-                   help="assignment: no reference outputs, no verdicts (grading stays with hybrid-lab grade)")
-    p.add_argument("--out", help="--mode assignment: the folder to write to")
+    p.add_argument("--mode", choices=("practice", "assignment", "student"), default="practice",
+                   help="assignment: no reference outputs, no verdicts (grading stays with hybrid-lab grade); "
+                        "student: the assignments plus a pip-installable package without solutions/ or references")
+    p.add_argument("--out", help="--mode assignment / student: the folder to write to")
     p = sub.add_parser("slides", help="write a notebook's slides as one HTML file that works offline")
     p.add_argument("paths", nargs="+")
-    p.add_argument("--out", help="the HTML file (default slides/NN_name.html)")
-    p.add_argument("--mark", action="store_true", help="set the cells' slide metadata (lecturers)")
+    p.add_argument("--out", help="the HTML file (default slides/NN_name.html; with --pdf the PDF, slides/NN_name.pdf)")
+    p.add_argument("--mark", action="store_true", help="set the cells' slide metadata (lecturers); a slide type set "
+                                                         "by hand is kept")
+    p.add_argument("--pdf", action="store_true", help="write the deck as a PDF, one page per slide (headless Chromium)")
     p = sub.add_parser("export", help="export the course: export nbgrader DIR (an nbgrader course folder)")
     p.add_argument("format", choices=("nbgrader",))
     p.add_argument("dir")
@@ -192,6 +201,12 @@ def _parser() -> argparse.ArgumentParser:
                                      "[--jobs N] (hybrid-lab train --help-train for every option)")
     p.add_argument("experiment", nargs="?")
     p.add_argument("--help-train", action="store_true", help=argparse.SUPPRESS)
+    p = sub.add_parser("hub-links", help="print an nbgitpuller link per lab (a JupyterHub course; docs/hub)")
+    p.add_argument("--hub", required=True, help="the hub's URL, e.g. https://hub.example.edu")
+    p.add_argument("--repo", required=True, help="the lab's git repository, e.g. https://github.com/ORG/hybrid-lab")
+    p.add_argument("--branch", default="main", help="the branch to pull (default main)")
+    p.add_argument("--lab", help="only this lab (01, or 01_selective_ssm)")
+    p.add_argument("--target-dir", help="the folder to clone into (default: the repository's name)")
     return ap
 
 
@@ -199,7 +214,7 @@ def _grade(a) -> int:
     """One notebook (no --csv / --feedback): the per-exercise table, exit 1 if anything fails. Several, or a folder:
     class grading (classgrade.py), exit 1 unless every submission scored full marks."""
     single = (len(a.paths) == 1 and not Path(a.paths[0]).is_dir() and not a.csv and not a.feedback and not a.roster
-              and not a.gradebook and not a.exports)
+              and not a.gradebook and not a.exports and not a.similarity)
     if single:      # a class's worker (--json): a changed exercise header loses only that exercise
         rows = course.grade(a.paths[0], fail_fast=a.fail_fast, quiet=bool(a.json), timeout=a.timeout or 300,
                             lab=a.lab, unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases,
@@ -212,10 +227,23 @@ def _grade(a) -> int:
                                      time_limit=a.time_limit or 900, memory_mb=a.memory_mb or 8192,
                                      unsafe=a.unsafe or None, seed=a.seed, hidden=a.cases, roster=a.roster,
                                      gradebook=a.gradebook, exports=a.exports)
+    if a.similarity:
+        from hybrid_lab.course import similarity
+        similarity.report_class(a.paths, a.lab or classgrade.common_lab(a.paths), results, gradebook=a.gradebook,
+                                csv_path=a.csv)
     return 0 if all(r.status == "graded" and r.total == r.max_points for r in results) else 1
 
 
 def _build(a) -> int:
+    if a.mode == "student":
+        from hybrid_lab.course import student_copy
+        if not a.out:
+            raise course.CourseError("--mode student needs a folder to write to: hybrid-lab build --mode student "
+                                     "--out build/student")
+        m = student_copy.build_student_copy(a.out, a.paths or None)
+        print(f"wrote {course.shown(a.out)}: {len(m['notebooks'])} assignments, the package without solutions/ "
+              f"(pip install {course.shown(a.out)}); what was left out: {course.shown(a.out)}/student_copy.json")
+        return 0
     if a.mode == "assignment":
         if not a.out:
             raise course.CourseError("--mode assignment needs a folder to write to: hybrid-lab build --mode "
@@ -224,7 +252,8 @@ def _build(a) -> int:
             print(f"wrote {course.shown(path)}")
         return 0
     if a.out:
-        raise course.CourseError("--out goes with --mode assignment (practice labs are always written to labs/)")
+        raise course.CourseError("--out goes with --mode assignment or student (practice labs are always written "
+                                 "to labs/)")
     for path in course.build(a.paths or None, force=a.force):
         print(f"wrote {path.relative_to(course.repo_root())}")
     return 0
@@ -233,12 +262,15 @@ def _build(a) -> int:
 def _slides(a) -> int:
     if a.out and len(a.paths) > 1:
         raise course.CourseError("--out names one file: give one notebook, or leave --out out (slides/NN_name.html)")
-    for path in a.paths:
+    for path in map(slides.notebook_path, a.paths):
         if a.mark:
             nb = course.read_notebook(path)
-            slides.mark_slides(nb)
+            kept = slides.mark_slides(nb)
             Path(path).write_text(course.dumps(nb))
-            print(f"marked {course.shown(path)}")
+            print(f"marked {course.shown(path)}" + (f" ({len(kept)} cells keep the slide type set by hand)"
+                                                    if kept else ""))
+        elif a.pdf:
+            print(f"wrote {course.shown(slides.write_pdf(path, a.out))}")
         else:
             print(f"wrote {course.shown(slides.write_deck(path, a.out))}")
     return 0
@@ -277,7 +309,21 @@ def _train(a) -> int:
         raise course.CourseError(str(exc)) from None
 
 
-HANDLERS = {"train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
+def _hub_links(a) -> int:
+    from hybrid_lab.course import hub
+    try:
+        links = hub.hub_links(a.hub, a.repo, a.branch, lab=a.lab, target_dir=a.target_dir)
+    except ValueError as exc:    # name the option as typed (--target-dir for target_dir)
+        msg, first = str(exc), str(exc).split(" ", 1)[0]
+        if first in ("hub", "repo", "branch", "lab", "target_dir"):
+            msg = "--" + msg.replace("target_dir", "target-dir", 1)
+        raise course.CourseError(msg) from None
+    for name, link in links:
+        print(f"{name}  {link}")
+    return 0
+
+
+HANDLERS = {"hub-links": _hub_links, "train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
             "execute": _execute, "check": _check}
 
 

@@ -175,6 +175,10 @@ def write_gradebook(book: dict, csv_path) -> None:
     for lab, rec in labs.items():
         head += [e["id"] for e in rec["exercises"]] + [f"lab {lab}"]
     head += ["total", "max", "flags"]
+    # similarity (course/similarity.py) has its own column, only once a lab has it: never in "flags", which the
+    # Gradescope export shows students
+    similar = any("similarity" in r for rec in labs.values() for r in rec["results"])
+    head += ["similarity"] if similar else []
     grand_max = sum(sum(e["points"] for e in rec["exercises"]) for rec in labs.values())
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
@@ -192,7 +196,22 @@ def write_gradebook(book: dict, csv_path) -> None:
                     flags += [f"lab {lab}: {x}" for x in r["flags"]]
                     if r["status"] not in ("graded", NO_SUBMISSION):
                         flags.append(f"lab {lab}: {r['status']} ({r['file']})")
-            w.writerow(line + [total, grand_max, "; ".join(flags)])
+            sim = [f"lab {lab}: {x}" for lab in labs if p["labs"].get(lab)
+                   for x in p["labs"][lab].get("similarity", [])]
+            w.writerow(line + [total, grand_max, "; ".join(flags)] + (["; ".join(sim)] if similar else []))
+
+
+def add_similarity(csv_path, lab: str, notes: dict) -> dict:
+    """Store lab ``lab``'s similarity notes ({(student, file): [note]}, course/similarity.py) in the gradebook at
+    ``csv_path`` and rewrite its CSV; scores and flags stay as they are. Returns the book."""
+    book = load_book(csv_path)
+    if lab not in book["labs"]:
+        raise ValueError(f"lab: expected a lab the gradebook holds ({', '.join(book['labs']) or 'none'}), got {lab!r}")
+    for r in book["labs"][lab]["results"]:
+        r["similarity"] = list(notes.get((r["student"], r["file"]), []))
+    store_path(csv_path).write_text(json.dumps(book, indent=1))
+    write_gradebook(book, csv_path)
+    return book
 
 
 def flag_lines(book: dict) -> list[str]:

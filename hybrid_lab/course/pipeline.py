@@ -202,7 +202,14 @@ def make_lab(sol_nb):
             cell.source = stub_source(cell_source(cell), exs[k])
         elif k - 1 in exs and _CHECK_CALL.search(cell_source(cell)):
             cell.outputs = [_nbformat().v4.new_output("stream", name="stdout", text=NOT_RUN_YET)]
-            cell.execution_count = None
+            # The student's run prints a verdict, not this line: nbval compares nothing here (a tag, out of the
+            # student's sight), and the cell keeps its execution count (nbval refuses an unrun cell with outputs).
+            tags = cell.metadata.setdefault("tags", [])
+            if "nbval-ignore-output" not in tags:
+                tags.append("nbval-ignore-output")
+    # JupyterLab copies the started kernel's spec into metadata.kernelspec: any other display name than the one
+    # ipykernel installs for python3 marked the lab modified the moment it opened (tests/e2e/test_open_unmodified.py)
+    lab.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     lab.metadata["hybrid_lab"] = {"kind": "lab", "generated_from": "solutions/", "do_not_edit": "regenerate with "
                                   "hybrid-lab build", "cells_sha256": cells_hash(lab)}
     return lab
@@ -288,11 +295,18 @@ def out_of_sync() -> list[str]:
                        f"hybrid-lab build {rel(sol)}")
         elif not dst.exists():
             bad.append(f"{rel(dst)}: missing; run hybrid-lab build {rel(sol)}")
-        elif dst.read_text() != dumps(make_lab(sol_nb)):
+        elif dst.read_text() != dumps(fresh := make_lab(sol_nb)):
             lab_nb = nbf.read(str(dst), as_version=4)
-            edited = edited_since_build(lab_nb)
-            bad.append(f"{rel(dst)}: " + ("edited by hand (never edit labs/); run hybrid-lab build --force "
-                                          if edited else "older than its solution; run hybrid-lab build ") + rel(sol))
+            if edited_since_build(lab_nb):
+                why = "edited by hand (never edit labs/); run hybrid-lab build --force "
+            elif cells_hash(lab_nb) == cells_hash(fresh):
+                # Same cells as a fresh build: only outputs or metadata differ (Run All, then JupyterLab's autosave;
+                # or the solution was re-executed after the build). Not "older": nothing a student wrote is stale.
+                why = ("cells current, outputs or metadata differ (the lab was run and saved, or its solution "
+                       "re-executed since the build); to restore the stored outputs run hybrid-lab build ")
+            else:
+                why = "older than its solution; run hybrid-lab build "
+            bad.append(f"{rel(dst)}: {why}{rel(sol)}")
     names = {s.name for s in sols}
     bad += [f"labs/{p.name}: no solutions/{p.name} (orphan); delete it"
             for p in sorted((root / "labs").glob("*.ipynb")) if p.name not in names]
@@ -513,7 +527,7 @@ def package_folders() -> list[str]:
     return out
 
 
-def _kernel_manager(folder, sandboxed: bool = False):
+def _kernel_manager(folder, sandboxed: bool = False, name: str = "kernel"):
     """A kernel of this very Python (the venv the grader runs in), whatever kernelspecs the machine has; on POSIX it
     talks over local sockets in ``folder`` (nothing on the network, no "running over TCP without encryption").
     ``sandboxed``: the kernel runs inside bubblewrap (:mod:`hybrid_lab.core.sandbox`): it sees the system, this
@@ -533,17 +547,52 @@ def _kernel_manager(folder, sandboxed: bool = False):
         def get_kernel_spec(self, kernel_name):
             return KernelSpec(argv=argv, display_name="Python 3 (hybrid-lab grader)", language="python")
 
-    ipc = {"transport": "ipc", "ip": str(Path(folder) / "kernel")} if os.name == "posix" else {}
+    ipc = {"transport": "ipc", "ip": str(Path(folder) / name)} if os.name == "posix" else {}
     km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisPython(), **ipc)
-    km.connection_file = str(Path(folder) / "kernel.json")     # inside the folder the sandbox shows
+    km.connection_file = str(Path(folder) / f"{name}.json")    # inside the folder the sandbox shows
     return km
 
 
-def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False):
+KERNEL_DIED = ("the kernel died while running this cell (a crash in your code: an out-of-bounds access, a segfault, "
+               "or the memory limit)")
+
+
+def kernel_death(code, sandboxed: bool = False) -> str:
+    """What the grader says of a kernel that died in a cell, from its process's exit status ``code`` (None: not
+    known; negative: the signal that killed it; in the sandbox bubblewrap exits with 128 + the signal)."""
+    import signal
+
+    sig = (-code if code is not None and code < 0 else
+           code - 128 if sandboxed and code is not None and 128 < code < 128 + signal.NSIG else None)
+    if sig is not None:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"{KERNEL_DIED}; it was killed by signal {sig} ({name})"
+    if code is not None:
+        return (f"the kernel exited with status {code} while running this cell (os._exit, or a library that ends "
+                f"the process, in your code?)")
+    return KERNEL_DIED
+
+
+def _exit_status(client) -> int | None:
+    """The exit status of the kernel's process once it is gone (None if it cannot be read)."""
+    proc = getattr(getattr(client.km, "provisioner", None), "process", None)
+    try:
+        return None if proc is None else proc.wait(timeout=5)
+    except Exception:                               # still running (a dead channel, not a dead process), or gone
+        return None
+
+
+def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False, resume=None):
     """Run the code cells of ``nb`` in order in a fresh kernel, going on after errors. Yields (cell index, CellRun).
     Cells whose index is in ``skip`` do not run. A cell over ``timeout`` seconds is interrupted and counts as raising
-    TimeoutError; a dead kernel ends the run. The kernel's own log goes to ``cwd/kernel.log``. ``sandboxed``: the
-    kernel runs inside bubblewrap (see :func:`_kernel_manager`)."""
+    TimeoutError. A cell the kernel dies in counts as raising DeadKernelError (named by the kernel's signal or exit
+    status); the run then ends, unless ``resume``: ``resume(i)`` for that cell returns None (end) or (replay, code,
+    cells): a fresh kernel runs the cells ``replay`` again (their outputs are not yielded: what the rest needs),
+    then the source ``code`` (a stand-in), and goes on with ``cells``. The kernels' own log goes to
+    ``cwd/kernel.log``. ``sandboxed``: the kernel runs inside bubblewrap (see :func:`_kernel_manager`)."""
     import nbclient
     from nbclient.exceptions import DeadKernelError
 
@@ -551,12 +600,6 @@ def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False):
     nb.cells.append(_nbformat().v4.new_code_cell(_GRADING_KERNEL_SETUP))  # run first (see below), graded never
     setup = len(nb.cells) - 1
     errors = {}
-    client = nbclient.NotebookClient(
-        nb, km=_kernel_manager(cwd, sandboxed), timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
-        error_on_timeout={"ename": "TimeoutError", "evalue": f"the cell ran longer than {timeout} s (an endless loop?)",
-                          "traceback": []},
-        on_cell_error=lambda cell, cell_index, execute_reply: errors.__setitem__(cell_index, execute_reply["content"]),
-        on_notebook_start=lambda notebook: poll_in_slices(client.kc))
     # the kernel sees the environment a student's JupyterLab has: no headless matplotlib backend
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env[ALLOW_ENV] = os.pathsep.join(write_roots(cwd))
@@ -564,40 +607,84 @@ def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False):
     if sandboxed:                                   # its home, caches and runtime files in the scratch folder too
         from hybrid_lab.core import sandbox
         env = sandbox.wrap([], cwd, env=env)[1]
-    kernel = contextlib.ExitStack()
     log_path = Path(cwd) / "kernel.log"  # the kernel process's own messages, not the student's terminal
-    log = kernel.enter_context(open(log_path, "w"))
+    log_path.write_text("")
+    started = [0]                        # kernels started; [1]: where the current one's log begins
+
+    def start():
+        """(client, the ExitStack that ends its kernel): a fresh kernel that has run the grading setup cell."""
+        name = "kernel" if not started[0] else f"kernel{started[0] + 1}"
+        started[0] += 1
+        client = nbclient.NotebookClient(
+            nb, km=_kernel_manager(cwd, sandboxed, name), timeout=timeout, allow_errors=True,
+            interrupt_on_timeout=True,
+            error_on_timeout={"ename": "TimeoutError", "evalue": f"the cell ran longer than {timeout} s (an endless "
+                              f"loop?)", "traceback": []},
+            on_cell_error=lambda cell, cell_index, execute_reply: errors.__setitem__(cell_index,
+                                                                                     execute_reply["content"]),
+            on_notebook_start=lambda notebook: poll_in_slices(client.kc))
+        stack = contextlib.ExitStack()
+        started[1:] = [log_path.stat().st_size]
+        log = stack.enter_context(open(log_path, "a"))
+        try:
+            stack.enter_context(client.setup_kernel(cwd=str(cwd), env=env, cleanup_kc=True, stdout=log, stderr=log))
+        except Exception as exc:
+            stack.close()
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            raise CourseError(f"the grader could not start a Python kernel ({why}); reinstall the lab: "
+                              f"{install_hint()}") from None
+        errors.pop(setup, None)
+        try:
+            client.execute_cell(nb.cells[setup], setup)
+        except DeadKernelError:
+            stack.close()
+            raise CourseError(f"the grader's kernel died while it was prepared; reinstall the lab: {install_hint()}")
+        err = errors.get(setup) or next((o for o in nb.cells[setup].outputs if o.output_type == "error"), None)
+        if err is not None:
+            stack.close()
+            raise CourseError(f"the grader could not prepare its kernel ({err.get('ename', 'Error')}: "
+                              f"{err.get('evalue', '')}); reinstall the lab: {install_hint()}")
+        return client, stack
+
+    def last_words() -> str:
+        with open(log_path, errors="replace") as f:
+            f.seek(started[1])
+            last = [ln for ln in f.read().splitlines() if ln.strip()][-1:]
+        return f"; its last words: {last[0][:160]}" if last else ""
+
+    todo = [i for i in range(setup) if nb.cells[i].cell_type == "code" and i not in skip]
+    client, kernel = start()
     try:
-        kernel.enter_context(client.setup_kernel(cwd=str(cwd), env=env, cleanup_kc=True, stdout=log, stderr=log))
-    except Exception as exc:
-        kernel.close()
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-        raise CourseError(f"the grader could not start a Python kernel ({why}); reinstall the lab: "
-                          f"{install_hint()}") from None
-    with kernel:
-        for i in [setup] + list(range(setup)):
+        while todo:
+            i = todo.pop(0)
             cell = nb.cells[i]
-            if cell.cell_type != "code" or i in skip:
-                continue
             try:
                 client.execute_cell(cell, i)
             except DeadKernelError:
-                last = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:]
-                yield i, CellRun([], ("DeadKernelError", "the kernel died while this cell ran (out of memory?)"
-                                      + (f"; its last words: {last[0][:160]}" if last else "")))
-                return
+                yield i, CellRun([], ("DeadKernelError", kernel_death(_exit_status(client), sandboxed) + last_words()))
+                kernel.close()
+                plan = resume(i) if resume is not None else None
+                if plan is None:
+                    return
+                replay, code, todo = plan[0], plan[1], list(plan[2])
+                client, kernel = start()
+                if code:
+                    nb.cells.append(_nbformat().v4.new_code_cell(code))
+                    replay = list(replay) + [len(nb.cells) - 1]
+                try:
+                    for j in replay:
+                        client.execute_cell(nb.cells[j], j)
+                except DeadKernelError:      # an earlier cell that ran before: not reproducible, so stop here
+                    return
+                continue
             cell = nb.cells[i]
             err = errors.get(i)
             if err is None:
                 err = next((o for o in cell.outputs if o.output_type == "error"), None)
-            run = CellRun(list(cell.outputs),
-                          None if err is None else (err.get("ename", "Error"), err.get("evalue", "")))
-            if i == setup:
-                if run.error:
-                    raise CourseError(f"the grader could not prepare its kernel ({run.error[0]}: {run.error[1]}); "
-                                      f"reinstall the lab: {install_hint()}")
-                continue
-            yield i, run
+            yield i, CellRun(list(cell.outputs),
+                             None if err is None else (err.get("ename", "Error"), err.get("evalue", "")))
+    finally:
+        kernel.close()
 
 
 # nbval's markers, as nbval reads them (a skipped cell is not run by the grader either)
@@ -697,7 +784,7 @@ def _verdict(ex, cells, runs, ref_nb, where, trusted=None) -> Row:
     if cells and not any(i in runs or nbval_options(ref_nb.cells[i])["skip"] for i in cells):
         row.passed, row.message = False, "not run: the grader stopped at the first failing exercise (-x)"
         return row
-    fails, verdict = [], None
+    fails, verdict, died = [], None, None
     for k, i in enumerate(cells):
         run = runs.get(i)
         name = (f"setup cell {k + 1}" if ex is None else
@@ -711,6 +798,9 @@ def _verdict(ex, cells, runs, ref_nb, where, trusted=None) -> Row:
         mine = trusted.get(ex.id) if ex is not None else None
         if mine is not None and k == (0 if mine.get("cell") else 1) and verdict is None:
             verdict = dict(mine, place=place)
+        if run.error and run.error[0] == "DeadKernelError":
+            died = (f"{place}: {run.error[1]}", [])     # the exercise scores 0, whatever the verdict says
+            continue
         if run.error and mine is not None and (k == 1 or (k == 0 and mine.get("cell"))):
             continue                        # the check cell (or the cell the verdict is about): the verdict says it
         if run.error and not (nbval_options(ref_nb.cells[i])["raises"] and k > 0):
@@ -730,9 +820,13 @@ def _verdict(ex, cells, runs, ref_nb, where, trusted=None) -> Row:
                              list(verdict["details"])))
         elif verdict["status"] == "fail":
             fails.insert(0, (f"{verdict['place']}: {verdict['message']}", list(verdict["details"])))
-    elif ex is not None and not fails:
+    elif ex is not None and not fails and died is None:
         fails.append((f"no verdict: the check of exercise {ex.id} did not run (is check(\"{ex.id}\", ...) still in "
                       f"the cell below your exercise?)", []))
+    if died is not None:            # the crash first; what else failed (the verdict on the function) below it
+        row.passed, row.message = False, died[0]
+        row.details = [m for m, _ in fails if not m.startswith("not run: the grader stopped before")]
+        return row
     if fails:
         row.passed = False
         row.message, row.details = fails[0]
@@ -806,8 +900,11 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
               f"a fresh kernel ...", flush=True)
     runs, rows, trusted = {}, [], {}
     end_of = {cells[-1]: n for n, (_, cells) in enumerate(ranges) if cells}
+    skip = {i for i in code_at if nbval_options(sol.cells[i])["skip"]}
     merged_code = [c for c in merged.cells if c.cell_type == "code"]
     student_cells = [(e.id, cell_source(merged_code[e.cell])) for e in exs]
+
+    crashed = set()                 # exercises whose cells the kernel died in: the reference stands in after them
 
     def judge_exercise(n):
         """The trusted verdict of exercise n (once its cell ran in the kernel), in a fresh sandboxed worker."""
@@ -816,16 +913,30 @@ def grade(student_path, fail_fast: bool = False, quiet: bool = False, timeout: i
             return
         k = [e.id for e in exs].index(ex.id)
         s = framework.fresh_seed() if seed is None else int(seed)
-        stand_in = [e.id for e in exs[:k] if trusted.get(e.id, {}).get("status") != "pass"]
-        trusted[ex.id] = verdicts.verdict(ex.id, student_cells[:k + 1], s, Path(work) / f"worker_{ex.id}", cache,
+        stand_in = [e.id for e in exs[:k] if trusted.get(e.id, {}).get("status") != "pass" or e.id in crashed]
+        # an earlier exercise that killed the kernel would kill this worker too: its cell is left out there
+        cells = [(e, "" if e in crashed else src) for e, src in student_cells[:k]] + [student_cells[k]]
+        trusted[ex.id] = verdicts.verdict(ex.id, cells, s, Path(work) / f"worker_{ex.id}", cache,
                                           hidden_cases, timeout, unsafe=not sandboxed, stand_in=stand_in)
+
+    def resume(i):
+        """After the kernel died in cell i: a fresh kernel runs again the cells before that exercise, the reference
+        stands in for its function, and grading goes on with the next exercise (nothing to resume in the setup)."""
+        ex, cells = next(r for r in ranges if i in r[1])
+        later = [c for c in code_at if c > cells[-1] and c not in skip]
+        if ex is None or not later:
+            return None
+        crashed.add(ex.id)
+        fn = framework.get(ex.id).function
+        stand_in = (f"from hybrid_lab.exercises import framework as _grader_framework\n"
+                    f"{fn} = _grader_framework.get({ex.id!r}).reference\ndel _grader_framework\n")
+        return [c for c in code_at if c < cells[0] and c not in skip], stand_in, later
 
     with tempfile.TemporaryDirectory(prefix="hybrid_lab_grade_") as work, \
             tempfile.TemporaryDirectory(prefix="hybrid_lab_answers_removed_") as cache:
         tmp = Path(work) / "kernel"                 # the kernel's scratch: it never sees the workers' folders
         tmp.mkdir()
-        skip = {i for i in code_at if nbval_options(sol.cells[i])["skip"]}
-        for i, run in run_cells(merged, tmp, timeout, skip=skip, sandboxed=sandboxed):
+        for i, run in run_cells(merged, tmp, timeout, skip=skip, sandboxed=sandboxed, resume=resume):
             runs[i] = run
             if fail_fast and (run.error or i in end_of):
                 n = next(n for n, (_, cells) in enumerate(ranges) if i in cells)

@@ -43,6 +43,8 @@ from hybrid_lab.core import grading
 
 SWITCHED_OFF = "it is switched off while the check runs"
 STANDS_IN = "The reference implementation stands in for the cells below, so they run as in the reference."
+CHECKED_BY_LECTURER = ("checked by your lecturer: this copy has no reference answers, so your function "
+                       "only runs once here; the grader (hybrid-lab grade) gives the verdict.")
 
 
 @dataclass(frozen=True)
@@ -198,12 +200,76 @@ def _array(v):
     return np.asarray(v)
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _int_array(v):
+    """v as an array when it holds only integers (an object array: Python ints of any size), else None."""
+    if not (_is_numeric(v) or isinstance(v, np.ndarray)):
+        return None
+    a = _array(v)
+    if a.dtype.kind in "iu" or (a.dtype == object and a.size and all(_is_int(x) for x in a.flat)):
+        return a
+    return None
+
+
+def _py_number(x):
+    """A number as a Python int / float (exact: Python compares an int and a float by their exact values)."""
+    if isinstance(x, (bool, np.bool_)):
+        return int(x)
+    return int(x) if _is_int(x) else float(x) if isinstance(x, (float, np.floating)) else x
+
+
+def _compare_exact_ints(got, w, name, axes) -> str | None:
+    """compare_values for an integer reference that int64 cannot hold (or mixed signed / unsigned, or Python ints in
+    an object array): every entry exactly, as Python ints (numpy would go through float64 and round past 2^53); a
+    float equals only the very integer."""
+    try:
+        g = _array(got)
+    except Exception:
+        return f"{name} is {_fmt(got)}, expected an int / array of ints"
+    if g.dtype.kind not in "biufO" or (g.dtype == object and not all(
+            isinstance(x, (int, float, np.integer, np.floating, bool, np.bool_)) for x in g.flat)):
+        return f"{name} is {_fmt(got)}, expected integers"
+    if g.shape != w.shape:
+        return f"{name} has shape {g.shape}, expected {w.shape}"
+    gl = [_py_number(x) for x in g.flat]
+    wl = [int(x) for x in w.flat]
+    bad = [i for i, (a, b) in enumerate(zip(gl, wl)) if not a == b]
+    if not bad:
+        return None
+    idx = tuple(int(i) for i in np.unravel_index(bad[0], w.shape)) if w.ndim else ()
+    gv, wv = gl[bad[0]], wl[bad[0]]
+    where = f" at {_where(idx, axes)}" if w.ndim else ""
+    count = f" ({len(bad)} of {w.size} entries)" if w.ndim and w.size > 1 else ""
+    why = ""
+    if isinstance(gv, float) and abs(wv) > 2 ** 53:
+        why = "; a float holds integers exactly only up to 2^53: return an int"
+    elif g.dtype.kind in "iu" and not np.iinfo(g.dtype).min <= wv <= np.iinfo(g.dtype).max:
+        why = f"; numpy's {g.dtype} cannot hold it (it wraps around): compute with Python ints"
+    verb = "is wrong" if name == "the result" else "wrong"
+    return f"{name} {verb}{where}{count}: got {_fmt(gv)}, expected {wv} (an integer, exactly){why}"
+
+
 def compare_values(got, want, name: str = "the result", axes=(), rtol: float = 1e-6, atol: float = 1e-9) -> str | None:
     """None when ``got`` matches ``want``, else one phrase saying how it differs.
 
     Numbers / arrays: same shape, NaN where the reference has NaN, and |got - want| <= atol * max(1, max|want|) +
-    rtol * |want| elementwise (a 1e-3 relative error fails); integers and booleans exactly. Anything else (lists of
-    ints, tuples, dicts, strings): equal as plain Python values."""
+    rtol * |want| elementwise (a 1e-3 relative error fails); integers and booleans exactly, integers of any size
+    too (a Python int past 2^64, an object array of them: compared as Python ints; a float there equals only the very
+    integer). Anything else (lists of ints, tuples, dicts, strings): equal as plain Python values."""
+    w_int = _int_array(want)
+    if w_int is not None:
+        try:
+            g_kind = _array(got).dtype.kind
+        except Exception:
+            g_kind = "?"
+        # past int64 (Python ints: uint64 up to 2^64, object arrays beyond) numpy's comparisons go through float64
+        past_int64 = w_int.dtype == object or (w_int.dtype.kind == "u" and w_int.size
+                                               and int(w_int.max()) > np.iinfo(np.int64).max)
+        if past_int64 or g_kind == "O" or {w_int.dtype.kind, g_kind} == {"i", "u"}:
+            return _compare_exact_ints(got, w_int, name, axes)
     if _is_numeric(want):
         try:
             g = _array(got)
@@ -531,7 +597,9 @@ def check(exercise_id: str, fn, *, seed: int | None = None, mode: str = "practic
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     ex = get(exercise_id)
     caller = sys._getframe(1).f_globals
-    if mode == "assignment":
+    if mode == "assignment" or getattr(ex.reference, "withheld", False):
+        if mode != "assignment":        # the student copy (hybrid-lab build --mode student) has no reference
+            print(f"Exercise {ex.id}: {CHECKED_BY_LECTURER}")
         return _smoke(ex, fn, seed, caller)
     v = evaluate(exercise_id, fn, seed, globals_=caller)
     if v.status == "pass":

@@ -27,8 +27,9 @@ def snapshot_ledger_reference(L, every, kv_per_token, n_ssm, d_inner, d_state, b
     return state_tokens, n, int(L * kv_per_token + n * state)
 
 
-def _ledger_case(rng, name, L=None, every=None, kv=None, n_ssm=None, d_inner=None, d_state=None, b=None,
-                 multiple=False):
+def ledger_case(rng, name, L=None, every=None, kv=None, n_ssm=None, d_inner=None, d_state=None, b=None,
+                multiple=False):
+    """A 02.1 Case (L, every, kv_per_token, n_ssm, d_inner, d_state, bytes_per_elem): ints; None: drawn."""
     b = int(rng.choice([1, 2, 4])) if b is None else b
     if kv is None:                                   # 2 · n_attn · n_kv_heads · d_head · b
         kv = 2 * int(rng.integers(1, 9)) * int(rng.choice([1, 2, 4, 8])) * int(rng.choice([64, 128])) * b
@@ -45,15 +46,15 @@ def _ledger_case(rng, name, L=None, every=None, kv=None, n_ssm=None, d_inner=Non
 
 def _ledger_cases(rng):
     m = HYBRID_7B
-    return ([_ledger_case(rng, "random") for _ in range(4)]
-            + [_ledger_case(rng, "L a multiple of every", multiple=True),
-               _ledger_case(rng, "every > L (no snapshot yet)", L=int(rng.integers(1, 300)),
-                            every=int(rng.integers(300, 1000))),
-               _ledger_case(rng, "every = 1", every=1, L=int(rng.integers(1, 5000))),
-               _ledger_case(rng, "no attention layers (no KV)", kv=0),
-               _ledger_case(rng, "no SSM layers (pure Transformer)", n_ssm=0),
-               _ledger_case(rng, "hybrid 7B, 10K tokens every 32", 10_000, 32, m.kv_bytes_per_token, m.n_ssm,
-                            m.d_model, m.d_state, m.dtype_bytes)])
+    return ([ledger_case(rng, "random") for _ in range(4)]
+            + [ledger_case(rng, "L a multiple of every", multiple=True),
+               ledger_case(rng, "every > L (no snapshot yet)", L=int(rng.integers(1, 300)),
+                           every=int(rng.integers(300, 1000))),
+               ledger_case(rng, "every = 1", every=1, L=int(rng.integers(1, 5000))),
+               ledger_case(rng, "no attention layers (no KV)", kv=0),
+               ledger_case(rng, "no SSM layers (pure Transformer)", n_ssm=0),
+               ledger_case(rng, "hybrid 7B, 10K tokens every 32", 10_000, 32, m.kv_bytes_per_token, m.n_ssm,
+                           m.d_model, m.d_state, m.dtype_bytes)])
 
 
 def _compare_ledger(got, want, case):

@@ -38,7 +38,8 @@ def _positions(rng, T, S, past=2):
     return np.sort(rng.integers(0, S + past, T))
 
 
-def _score_case(rng, name, T=None, S=None, Hi=None, di=None, q_pos=None, w_sign=0, integer=False):
+def score_case(rng, name, T=None, S=None, Hi=None, di=None, q_pos=None, w_sign=0, integer=False):
+    """A 04.1 Case (q (T, Hi, di), w (T, Hi), k (S, di), q_pos (T,) int); q_pos(T, S) -> positions if given."""
     T = int(rng.integers(1, 7)) if T is None else T
     S = int(rng.integers(2, 12)) if S is None else S
     Hi = int(rng.integers(1, 5)) if Hi is None else Hi
@@ -56,14 +57,14 @@ def _score_case(rng, name, T=None, S=None, Hi=None, di=None, q_pos=None, w_sign=
 
 
 def _score_cases(rng):
-    return ([_score_case(rng, "random") for _ in range(3)]
-            + [_score_case(rng, "one key (S = 1)", S=1, q_pos=lambda T, S: np.zeros(T)),
-               _score_case(rng, "negative head weights (w < 0)", w_sign=-1),
-               _score_case(rng, "q · k = 0 exactly (integer inputs)", T=4, S=8, integer=True),
-               _score_case(rng, "first query sees only key 0", q_pos=lambda T, S: np.r_[0, rng.integers(0, S, T - 1)],
-                           T=int(rng.integers(2, 6))),
-               _score_case(rng, "queries past the cache (q_pos >= S - 1)",
-                           q_pos=lambda T, S: S - 1 + rng.integers(0, 4, T))])
+    return ([score_case(rng, "random") for _ in range(3)]
+            + [score_case(rng, "one key (S = 1)", S=1, q_pos=lambda T, S: np.zeros(T)),
+               score_case(rng, "negative head weights (w < 0)", w_sign=-1),
+               score_case(rng, "q · k = 0 exactly (integer inputs)", T=4, S=8, integer=True),
+               score_case(rng, "first query sees only key 0", q_pos=lambda T, S: np.r_[0, rng.integers(0, S, T - 1)],
+                          T=int(rng.integers(2, 6))),
+               score_case(rng, "queries past the cache (q_pos >= S - 1)",
+                          q_pos=lambda T, S: S - 1 + rng.integers(0, 4, T))])
 
 
 def _compare_scores(got, want, case):
@@ -124,8 +125,9 @@ def _compare_step(got, want, case):
     return "; ".join(probs) + (f"; {', '.join(right)} right" if right else "")
 
 
-def _target(rng, T, S, pos, zeros=False):
-    """(T, S) rows summing to 1 over the visible keys s <= pos[t]; zeros: about a third of them exactly 0."""
+def target(rng, T, S, pos, zeros=False):
+    """pos: (T,) int -> (T, S) target rows summing to 1 over the visible keys s <= pos[t]; zeros: about a third of
+    them exactly 0."""
     vis = np.arange(S)[None, :] <= pos[:, None]
     p = rng.uniform(0.05, 1.0, (T, S)) ** 3 * vis
     if zeros:
@@ -160,8 +162,10 @@ def _relu_zero_matters(P, xq, xk, pos):
     return int(hit.sum())
 
 
-def _step_case(rng, name, T=None, S=None, D=None, Hi=None, di=None, bias=True, pos=None, zeros=False, lr=None,
-               clip=None, stage="dense", topk=None, integer=False, same_keys=False):
+def step_case(rng, name, T=None, S=None, D=None, Hi=None, di=None, bias=True, pos=None, zeros=False, lr=None,
+              clip=None, stage="dense", topk=None, integer=False, same_keys=False):
+    """A 04.2 Case (params {Wq (D, Hi, di), Ww (D, Hi), Wk (D, di), bw (Hi,)}, x_queries (T, D), x_keys (S, D),
+    p (T, S), q_pos (T,), lr, clip, stage, topk); pos(T, S), clip(norm), topk(q_pos): callables if given."""
     T = int(rng.integers(2, 7)) if T is None else T
     S = int(rng.integers(3, 12)) if S is None else S
     D = int(rng.integers(2, 6)) if D is None else D
@@ -177,7 +181,7 @@ def _step_case(rng, name, T=None, S=None, D=None, Hi=None, di=None, bias=True, p
         if same_keys:
             xk = np.repeat(xk[:1], S, axis=0)
         ps = _positions(rng, T, S) if pos is None else np.asarray(pos(T, S), dtype=np.int64)
-        p = _target(rng, T, S, ps, zeros)
+        p = target(rng, T, S, ps, zeros)
         k = topk(ps) if callable(topk) else topk
         _, g, _ = indexer_step_reference(P, xq, xk, p, ps, 0.1, None, stage, k)
         norm = float(np.sqrt(math.fsum(float(np.sum(a * a)) for a in g.values())))
@@ -205,7 +209,7 @@ def _no_mass_case(rng):
         _, idx = lightning_indexer.numpy_impl(q[None], w[None], k[None], 4, pos)   # idx: (1, T, 4)
         if (q[0] @ k[idx[0, 0]].T > 0).any():
             break
-    p = _target(rng, T, S, pos)
+    p = target(rng, T, S, pos)
     p[0, idx[0, 0]] = 0.0                                                # row 0's mass off its own top-4
     p[0] /= p[0].sum()
     return Case("sparse: a set with no target mass", (P, xq, xk, p, pos, 0.2, None, "sparse", 4),
@@ -215,21 +219,21 @@ def _no_mass_case(rng):
 def _step_cases(rng):
     def big(norm):                                                      # a clip that has no effect
         return 10.0 * norm
-    return ([_step_case(rng, "random", clip=(None if i == 0 else big)) for i in range(3)]
-            + [_step_case(rng, "no bias on w", bias=False),
-               _step_case(rng, "a query that sees only key 0", pos=lambda T, S: np.r_[0, rng.integers(1, S, T - 1)]),
-               _step_case(rng, "queries past the cache (see every key)", pos=lambda T, S: S + rng.integers(0, 3, T)),
-               _step_case(rng, "ReLU at exactly 0 (integer inputs)", T=4, S=6, D=4, Hi=2, di=3, integer=True),
-               _step_case(rng, "target with zeros (0 · log 0 = 0)", zeros=True),
-               _step_case(rng, "clipping on (global norm > clip)", clip=lambda n: float(rng.uniform(0.2, 0.6)) * n),
-               _step_case(rng, "sparse stage", S=int(rng.integers(8, 14)), stage="sparse",
-                          topk=int(rng.integers(2, 5))),
-               _step_case(rng, "sparse stage, clipping on", S=int(rng.integers(8, 14)), stage="sparse", topk=3,
-                          clip=lambda n: 0.5 * n),
-               _step_case(rng, "sparse: topk >= visible keys (= dense)", stage="sparse",
-                          topk=lambda ps: int(min(ps.max() + 1, 12)) + int(rng.integers(0, 3))),
-               _step_case(rng, "sparse: tied scores at the top-k boundary (equal keys)", S=8, stage="sparse",
-                          topk=3, integer=True, same_keys=True, pos=lambda T, S: np.full(T, S - 1)),
+    return ([step_case(rng, "random", clip=(None if i == 0 else big)) for i in range(3)]
+            + [step_case(rng, "no bias on w", bias=False),
+               step_case(rng, "a query that sees only key 0", pos=lambda T, S: np.r_[0, rng.integers(1, S, T - 1)]),
+               step_case(rng, "queries past the cache (see every key)", pos=lambda T, S: S + rng.integers(0, 3, T)),
+               step_case(rng, "ReLU at exactly 0 (integer inputs)", T=4, S=6, D=4, Hi=2, di=3, integer=True),
+               step_case(rng, "target with zeros (0 · log 0 = 0)", zeros=True),
+               step_case(rng, "clipping on (global norm > clip)", clip=lambda n: float(rng.uniform(0.2, 0.6)) * n),
+               step_case(rng, "sparse stage", S=int(rng.integers(8, 14)), stage="sparse",
+                         topk=int(rng.integers(2, 5))),
+               step_case(rng, "sparse stage, clipping on", S=int(rng.integers(8, 14)), stage="sparse", topk=3,
+                         clip=lambda n: 0.5 * n),
+               step_case(rng, "sparse: topk >= visible keys (= dense)", stage="sparse",
+                         topk=lambda ps: int(min(ps.max() + 1, 12)) + int(rng.integers(0, 3))),
+               step_case(rng, "sparse: tied scores at the top-k boundary (equal keys)", S=8, stage="sparse",
+                         topk=3, integer=True, same_keys=True, pos=lambda T, S: np.full(T, S - 1)),
                _no_mass_case(rng)])
 
 
@@ -244,7 +248,8 @@ def prefill_speedup_reference(L, cfg):
     return dsa_cost.prefill_flops(L, cfg)["speedup"]
 
 
-def _cfg(rng, topk=None, fp8=None):
+def dsa_cfg(rng, topk=None, fp8=None):
+    """A random ``dsa_cost.DSAConfig`` for 04.3 (topk, fp8_speedup: drawn unless given)."""
     topk = int(rng.integers(4, 5000)) if topk is None else topk
     return dsa_cost.DSAConfig(n_layers=int(rng.integers(1, 80)), topk=topk,
                               mla_heads=int(rng.integers(1, 129)), qk_dim=int(rng.integers(16, 257)),
@@ -253,23 +258,24 @@ def _cfg(rng, topk=None, fp8=None):
                               fp8_speedup=float(rng.uniform(1.0, 4.0)) if fp8 is None else fp8)
 
 
-def _speedup_case(rng, name, L, cfg):
+def speedup_case(rng, name, L, cfg):
+    """A 04.3 Case (L (n,) int64, cfg); L: lengths, or a callable topk -> lengths."""
     L = np.asarray(L(cfg.topk) if callable(L) else L, dtype=np.int64)
     return Case(name, (L, cfg), note=f"L={L.tolist()}, topk={cfg.topk}, MLA {cfg.mla_flops_per_pair:,} and indexer "
                                      f"{cfg.index_flops_per_pair:,} FLOPs per pair, fp8_speedup={cfg.fp8_speedup:.3g}")
 
 
 def _speedup_cases(rng):
-    return ([_speedup_case(rng, "random", lambda k: rng.integers(1, 10 ** 6, 5), _cfg(rng)) for _ in range(3)]
-            + [_speedup_case(rng, "L <= k (every key is selected)", lambda k: rng.integers(1, k + 1, 4), _cfg(rng)),
-               _speedup_case(rng, "L = k - 1, k, k + 1 (the kink)", lambda k: [k - 1, k, k + 1], _cfg(rng)),
-               _speedup_case(rng, "L = 1", [1], _cfg(rng)),
-               _speedup_case(rng, "k = 1", lambda k: [1, 2, int(rng.integers(3, 1000))], _cfg(rng, topk=1)),
-               _speedup_case(rng, "long contexts (L up to 2^33: int64 products overflow)",
-                             lambda k: [2 ** 20, 2 ** 31 + int(rng.integers(0, 100)), 2 ** 33], _cfg(rng)),
-               _speedup_case(rng, "no FP8 gain (fp8_speedup = 1)", lambda k: rng.integers(k, 100 * k, 3),
-                             _cfg(rng, fp8=1.0)),
-               _speedup_case(rng, "DeepSeek-V3.2 at 64K and 128K", [65536, 131072], dsa_cost.DEEPSEEK_V32)])
+    return ([speedup_case(rng, "random", lambda k: rng.integers(1, 10 ** 6, 5), dsa_cfg(rng)) for _ in range(3)]
+            + [speedup_case(rng, "L <= k (every key is selected)", lambda k: rng.integers(1, k + 1, 4), dsa_cfg(rng)),
+               speedup_case(rng, "L = k - 1, k, k + 1 (the kink)", lambda k: [k - 1, k, k + 1], dsa_cfg(rng)),
+               speedup_case(rng, "L = 1", [1], dsa_cfg(rng)),
+               speedup_case(rng, "k = 1", lambda k: [1, 2, int(rng.integers(3, 1000))], dsa_cfg(rng, topk=1)),
+               speedup_case(rng, "long contexts (L up to 2^33: int64 products overflow)",
+                            lambda k: [2 ** 20, 2 ** 31 + int(rng.integers(0, 100)), 2 ** 33], dsa_cfg(rng)),
+               speedup_case(rng, "no FP8 gain (fp8_speedup = 1)", lambda k: rng.integers(k, 100 * k, 3),
+                            dsa_cfg(rng, fp8=1.0)),
+               speedup_case(rng, "DeepSeek-V3.2 at 64K and 128K", [65536, 131072], dsa_cost.DEEPSEEK_V32)])
 
 
 register(Exercise("04.3", "prefill_speedup", prefill_speedup_reference, _speedup_cases, axes={"result": ("i",)},

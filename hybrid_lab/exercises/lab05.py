@@ -24,7 +24,8 @@ def select_blocks_one_reference(p_row, t, block_size, n_blocks):
     return idx[idx >= 0]
 
 
-def _causal_row(rng, S, t):
+def causal_row(rng, S, t):
+    """(S,) attention mass of query t: positive on 0..t, zero after, summing to 1."""
     row = np.zeros(S)
     row[:t + 1] = np.exp(rng.normal(0.0, 1.5, t + 1))
     return row / row.sum()
@@ -32,7 +33,7 @@ def _causal_row(rng, S, t):
 
 def _block_cases(rng):
     def case(name, S, t, bs, n_blocks, row=None):
-        row = _causal_row(rng, S, t) if row is None else row
+        row = causal_row(rng, S, t) if row is None else row
         return Case(name, (row, t, bs, n_blocks),
                     note=f"S={S}, t={t}, block_size={bs}, n_blocks={n_blocks} (visible blocks: {t // bs + 1})")
 
@@ -61,7 +62,7 @@ def _block_cases(rng):
     # a visible block whose mass is exactly 0 (attention underflowed) is still a candidate
     bs = int(rng.integers(2, 9))
     nb = int(rng.integers(5, 9))
-    row = _causal_row(rng, nb * bs, nb * bs - 1)
+    row = causal_row(rng, nb * bs, nb * bs - 1)
     for b in rng.choice(np.arange(1, nb), size=2, replace=False):
         row[b * bs:(b + 1) * bs] = 0.0
     out.append(case("visible blocks of zero mass (still candidates)", nb * bs, nb * bs - 1, bs, nb, row=row))
@@ -71,7 +72,7 @@ def _block_cases(rng):
     full = int(rng.integers(3, 8))
     S = full * bs + int(rng.integers(1, bs))
     t = int(rng.integers(full * bs, S))
-    row = _causal_row(rng, S, t)
+    row = causal_row(rng, S, t)
     row[full * bs:t + 1] += 2.0
     out.append(case("ragged last block (S not a multiple of block_size)", S, t, bs, int(rng.integers(1, 4)),
                     row=row / row.sum()))
@@ -92,7 +93,8 @@ def reuse_error_reference(p, q, v, keep):
     return (float(bounds.missing_mass(p, keep)), float(bounds.tv_distance(p, q)), float(bounds.sparse_error(q, v, keep)))
 
 
-def _softmax(x):
+def softmax(x):
+    """(S,) logits -> (S,) probabilities (max subtracted)."""
     e = np.exp(x - x.max())
     return e / e.sum()
 
@@ -103,9 +105,9 @@ def _reuse_cases(rng):
         dv = int(rng.integers(1, 9)) if dv is None else dv
         peak = float(rng.uniform(0.5, 3.0))
         a = peak * rng.standard_normal(S)
-        p = _softmax(a)
+        p = softmax(a)
         drift = float(rng.uniform(0.2, 1.0)) if drift is None else drift
-        q = p.copy() if same else _softmax(a + drift * peak * rng.standard_normal(S))
+        q = p.copy() if same else softmax(a + drift * peak * rng.standard_normal(S))
         v = rng.standard_normal((S, dv)) * float(rng.uniform(0.2, 2.0))
         if keep is None:
             k = int(rng.integers(1, S)) if k is None else k
@@ -145,12 +147,12 @@ def overlap_by_distance_reference(probs, k):
     return topk_overlap_by_distance(probs, k)
 
 
-def _stack(rng, n, L, drift):
-    """n layers of attention over L keys whose logits drift like a random walk (tie-free)."""
+def stack(rng, n, L, drift):
+    """(n, L): n layers of one query's attention over L keys whose logits drift like a random walk (tie-free)."""
     logits = rng.standard_normal(L) * 2.0
     rows = []
     for _ in range(n):
-        rows.append(_softmax(logits))
+        rows.append(softmax(logits))
         logits = np.cos(drift) * logits + np.sin(drift) * 2.0 * rng.standard_normal(L)
     return np.array(rows)
 
@@ -161,7 +163,7 @@ def _overlap_cases(rng):
             n = int(rng.integers(2, 9)) if n is None else n
             L = int(rng.integers(8, 65)) if L is None else L
             drift = float(rng.uniform(0.2, 1.0)) if drift is None else drift
-            probs = _stack(rng, n, L, drift)
+            probs = stack(rng, n, L, drift)
         n, L = probs.shape
         k = int(rng.integers(2, max(3, L // 2 + 1))) if k is None else k
         return Case(name, (probs, k), note=f"n_layers={n}, L={L}, k={k}")
@@ -169,7 +171,7 @@ def _overlap_cases(rng):
     ties = np.array([[0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05],       # top-3: 0, 1, then 2 of the tied 2..5
                      [0.35, 0.25, 0.2, 0.1, 0.05, 0.03, 0.01, 0.01],   # no tie in its top 3
                      [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.2, 0.2]])        # top-3: 6, 7, then 0 of the tied 0..5
-    same = _stack(rng, 1, int(rng.integers(8, 40)), 0.0)
+    same = stack(rng, 1, int(rng.integers(8, 40)), 0.0)
     L_all = int(rng.integers(4, 20))
     return ([case("random") for _ in range(4)]
             + [case("ties at the k-th place (smaller position first)", probs=ties, k=3),

@@ -69,8 +69,10 @@ DECODE_FORBIDDEN = tuple(f"hybrid_lab.models.hysparse2:HySparse2.{m}" for m in
                                           "hybrid_lab.serving.pd_workers:DWorker.generate")
 
 
-def _decode_case(rng, name, L=None, steps=None, paper=False, **kw):
-    """A small HySparse2 (random layout unless given; ``paper``: the paper's 49-layer layout), prefilled on a random
+def decode_case(rng, name, L=None, steps=None, paper=False, **kw):
+    """A 06.2 Case (model, cache, tokens: list of ``steps`` ints).
+
+    A small HySparse2 (random layout unless given; ``paper``: the paper's 49-layer layout), prefilled on a random
     prompt of L tokens; the case decodes ``steps`` random tokens from its cache."""
     groups = kw.pop("groups", int(rng.integers(1, 3)))
     gsize = kw.pop("group_size", int(rng.integers(2, 4)))
@@ -94,15 +96,15 @@ def _decode_case(rng, name, L=None, steps=None, paper=False, **kw):
 
 
 def _decode_cases(rng):
-    return ([_decode_case(rng, "random") for _ in range(3)]
-            + [_decode_case(rng, "prompt shorter than the SWA window, decoded until it wraps", L=2, steps=5,
-                            swa_window=5, window=2),
-               _decode_case(rng, "one-token prompt (forced window reaches t < 0)", L=1, steps=3, window=4),
-               _decode_case(rng, "topk >= visible tokens (-1 padded)", L=4, steps=3, window=2, topk=12),
-               _decode_case(rng, "SWA window != forced window", L=20, steps=3, swa_window=3, window=6, topk=4),
-               _decode_case(rng, "2 KV heads, one group bridged from the boundary", L=18, steps=3, n_heads_kv=2,
-                            groups=2, bridge_sources=("self_fa_input", "boundary")),
-               _decode_case(rng, "the paper layout (49 layers)", L=int(rng.integers(30, 49)), steps=3, paper=True)])
+    return ([decode_case(rng, "random") for _ in range(3)]
+            + [decode_case(rng, "prompt shorter than the SWA window, decoded until it wraps", L=2, steps=5,
+                           swa_window=5, window=2),
+               decode_case(rng, "one-token prompt (forced window reaches t < 0)", L=1, steps=3, window=4),
+               decode_case(rng, "topk >= visible tokens (-1 padded)", L=4, steps=3, window=2, topk=12),
+               decode_case(rng, "SWA window != forced window", L=20, steps=3, swa_window=3, window=6, topk=4),
+               decode_case(rng, "2 KV heads, one group bridged from the boundary", L=18, steps=3, n_heads_kv=2,
+                           groups=2, bridge_sources=("self_fa_input", "boundary")),
+               decode_case(rng, "the paper layout (49 layers)", L=int(rng.integers(30, 49)), steps=3, paper=True)])
 
 
 def _snapshot(cache):

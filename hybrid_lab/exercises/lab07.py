@@ -14,7 +14,8 @@ from hybrid_lab.serving.pd_workers import DWorker
 NOTEBOOK_CFG = dict(d_model=64, seed=1)             # notebook 07's model: the paper layout at toy width
 
 
-def _small_cfg(rng, **kw):
+def small_cfg(rng, **kw):
+    """A random small ``HySparse2Config`` (vocab 32, d_model 16); keyword arguments override its fields."""
     groups, gsize = kw.pop("groups", int(rng.integers(1, 4))), kw.pop("group_size", int(rng.integers(1, 4)))
     c = dict(vocab=32, d_model=16, d_ff=24, n_heads_q=4, n_heads_kv=int(rng.choice([1, 2])), d_qk=8,
              d_v=int(rng.choice([4, 8])), self_swa_before=int(rng.integers(0, 3)),
@@ -25,7 +26,8 @@ def _small_cfg(rng, **kw):
     return HySparse2Config(**c)
 
 
-def _describe(cfg) -> str:
+def describe(cfg) -> str:
+    """A HySparse2Config's layout in one line, for a Case's note."""
     return (f"{cfg.self_swa_before} SWA + FA + {cfg.self_swa_after} SWA, {cfg.n_groups} cross group(s), "
             f"Hkv={cfg.n_heads_kv}, swa_window={cfg.swa_window}")
 
@@ -66,7 +68,8 @@ def p_stream_reference(model, tokens, chunk_size):
     yield cache.boundary
 
 
-def _p_model(cfg):
+def p_model(cfg):
+    """A ``StreamingPModel`` of cfg with the Self-decoder weights only (a P worker's)."""
     w = HySparse2.init_weights(cfg)
     return StreamingPModel(cfg, weights={n: w[n] for n in self_decoder_weight_names(cfg)})
 
@@ -74,23 +77,23 @@ def _p_model(cfg):
 def _stream_cases(rng):
     def case(name, cfg, L, chunk):
         tokens = rng.integers(0, cfg.vocab, L)
-        return Case(name, (_p_model(cfg), tokens, chunk), note=f"L={L}, chunk_size={chunk}; {_describe(cfg)}")
+        return Case(name, (p_model(cfg), tokens, chunk), note=f"L={L}, chunk_size={chunk}; {describe(cfg)}")
 
     def ragged(cfg=None):
         chunk = int(rng.integers(2, 9))
-        return case("ragged prompt (last chunk short)", cfg or _small_cfg(rng),
+        return case("ragged prompt (last chunk short)", cfg or small_cfg(rng),
                     chunk * int(rng.integers(1, 5)) + int(rng.integers(1, chunk)), chunk)
     out = []
     for _ in range(2):
         L = int(rng.integers(5, 50))
-        out.append(case("random", _small_cfg(rng), L, int(rng.integers(2, 17))))
+        out.append(case("random", small_cfg(rng), L, int(rng.integers(2, 17))))
     chunk = int(rng.integers(2, 9))
     return out + [ragged(),
-                  case("prompt a multiple of the chunk", _small_cfg(rng), 4 * chunk, chunk),
-                  case("one chunk (chunk >= prompt)", _small_cfg(rng), (L := int(rng.integers(3, 20))),
+                  case("prompt a multiple of the chunk", small_cfg(rng), 4 * chunk, chunk),
+                  case("one chunk (chunk >= prompt)", small_cfg(rng), (L := int(rng.integers(3, 20))),
                        L + int(rng.integers(0, 5))),
-                  case("chunk = 1", _small_cfg(rng), int(rng.integers(3, 9)), 1),
-                  case("prompt shorter than the SWA window", _small_cfg(rng, swa_window=6), 3, 2),
+                  case("chunk = 1", small_cfg(rng), int(rng.integers(3, 9)), 1),
+                  case("prompt shorter than the SWA window", small_cfg(rng, swa_window=6), 3, 2),
                   case("the notebook's model (49 layers)", HySparse2Config(**NOTEBOOK_CFG),
                        int(rng.integers(20, 41)), 16)]
 
@@ -145,12 +148,12 @@ def _gen_cases(rng):
         bundle = PDBundle.from_cache(cache, cfg, weights_hash(p.weights, self_decoder_weight_names(cfg)),
                                      int(rng.integers(1, 17)))
         return Case(name, (HySparse2(cfg, weights=weights), bundle, n_new),
-                    note=f"prompt of {L} tokens, n_new={n_new}; {_describe(cfg)}")
-    return ([case("random (ragged prompt)", _small_cfg(rng), int(rng.integers(2, 40)), int(rng.integers(2, 7)))
+                    note=f"prompt of {L} tokens, n_new={n_new}; {describe(cfg)}")
+    return ([case("random (ragged prompt)", small_cfg(rng), int(rng.integers(2, 40)), int(rng.integers(2, 7)))
              for _ in range(3)]
-            + [case("n_new = 1 (the first token only)", _small_cfg(rng), int(rng.integers(2, 30)), 1),
-               case("one-token prompt", _small_cfg(rng), 1, int(rng.integers(2, 5))),
-               case("prompt shorter than the SWA window", _small_cfg(rng, swa_window=6), 3, 4),
+            + [case("n_new = 1 (the first token only)", small_cfg(rng), int(rng.integers(2, 30)), 1),
+               case("one-token prompt", small_cfg(rng), 1, int(rng.integers(2, 5))),
+               case("prompt shorter than the SWA window", small_cfg(rng, swa_window=6), 3, 4),
                case("the notebook's model (49 layers)", HySparse2Config(**NOTEBOOK_CFG), int(rng.integers(20, 65)),
                     3)])
 
@@ -202,7 +205,8 @@ def longest_path_reference(durations, preds, order, release):
     return length, path
 
 
-def _dag_case(name, durations, preds, release, note=""):
+def dag_case(name, durations, preds, release, note=""):
+    """A 07.3 Case (durations {task: float}, preds {task: [task]}, order = list(durations), release {task: float})."""
     order = list(durations)
     return Case(name, (durations, preds, order, release),
                 note=note or f"{len(order)} tasks, durations {durations}, preds {preds}, release {release}")
@@ -222,21 +226,21 @@ def _random_dag(rng, n):
 
 
 def _path_cases(rng):
-    out = [_dag_case("random", *_random_dag(rng, int(rng.integers(3, 13)))) for _ in range(4)]
+    out = [dag_case("random", *_random_dag(rng, int(rng.integers(3, 13)))) for _ in range(4)]
     d = float(rng.integers(1, 9))
     out += [
-        _dag_case("a single task", {"only": d}, {}, {}),
+        dag_case("a single task", {"only": d}, {}, {}),
         # a and b end together; c lists b first: the path must go through b
-        _dag_case("tied predecessors (first listed wins)", {"a": 3.0, "b": 3.0, "c": 2.0}, {"c": ["b", "a"]}, {}),
+        dag_case("tied predecessors (first listed wins)", {"a": 3.0, "b": 3.0, "c": 2.0}, {"c": ["b", "a"]}, {}),
         # two sinks finishing at the same time: the first in order ends the path; a later sink ends earlier
-        _dag_case("two sinks (latest finish; equal: first in order)",
-                  {"s": 2.0, "x": 4.0, "y": 4.0, "z": 1.0}, {"x": ["s"], "y": ["s"], "z": ["s"]}, {}),
-        _dag_case("the last task in order is not the latest", {"a": 5.0, "b": 1.0, "c": 2.0}, {"b": ["a"]}, {}),
+        dag_case("two sinks (latest finish; equal: first in order)",
+                 {"s": 2.0, "x": 4.0, "y": 4.0, "z": 1.0}, {"x": ["s"], "y": ["s"], "z": ["s"]}, {}),
+        dag_case("the last task in order is not the latest", {"a": 5.0, "b": 1.0, "c": 2.0}, {"b": ["a"]}, {}),
         # r arrives at 10 > finish of p (4): the path starts at r
-        _dag_case("a release later than every predecessor", {"p": 4.0, "r": 3.0}, {"r": ["p"]}, {"r": 10.0}),
-        _dag_case("a release equal to the predecessor's finish (the path goes on)",
-                  {"p": 4.0, "r": 3.0}, {"r": ["p"]}, {"r": 4.0}),
-        _dag_case("zero durations", {"a": 0.0, "b": 0.0, "c": d}, {"b": ["a"], "c": ["b"]}, {}),
+        dag_case("a release later than every predecessor", {"p": 4.0, "r": 3.0}, {"r": ["p"]}, {"r": 10.0}),
+        dag_case("a release equal to the predecessor's finish (the path goes on)",
+                 {"p": 4.0, "r": 3.0}, {"r": ["p"]}, {"r": 4.0}),
+        dag_case("zero durations", {"a": 0.0, "b": 0.0, "c": d}, {"b": ["a"], "c": ["b"]}, {}),
     ]
     t = PDTiming(n_requests=2, prompt_len=8192, chunk=2048, bandwidth_gbs=0.5, n_new=4, arrival_gap_ms=300.0)
     dag = build_pd_dag(t)

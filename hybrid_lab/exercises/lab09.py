@@ -149,16 +149,21 @@ def _run_gather(fn, case):
     return out.cpu().numpy()
 
 
+def gather_case(rng, name, S=None, D=None, k_sel=None, pad=None, block_k=16):
+    """A 09.1 Case (K (S, D) float32, IDX (K_SEL,) int64 with ``pad`` entries -1 (None: K_SEL // 5), BLOCK_K)."""
+    S = int(rng.integers(20, 80)) if S is None else S
+    D = int(rng.integers(3, 40)) if D is None else D
+    k_sel = int(rng.integers(1, S + 1)) if k_sel is None else k_sel
+    ids = rng.permutation(S)[:k_sel].astype(np.int64)
+    n_pad = max(1, k_sel // 5) if pad is None else pad
+    ids[rng.permutation(k_sel)[:n_pad]] = -1
+    return Case(name, (_f32(rng, (S, D)), ids, block_k),
+                note=f"S={S}, D={D}, K_SEL={k_sel}, BLOCK_K={block_k}, {int((ids < 0).sum())} padding entries")
+
+
 def _gather_cases(rng):
-    def case(name, S=None, D=None, k_sel=None, pad=None, block_k=16):
-        S = int(rng.integers(20, 80)) if S is None else S
-        D = int(rng.integers(3, 40)) if D is None else D
-        k_sel = int(rng.integers(1, S + 1)) if k_sel is None else k_sel
-        ids = rng.permutation(S)[:k_sel].astype(np.int64)
-        n_pad = max(1, k_sel // 5) if pad is None else pad
-        ids[rng.permutation(k_sel)[:n_pad]] = -1
-        return Case(name, (_f32(rng, (S, D)), ids, block_k),
-                    note=f"S={S}, D={D}, K_SEL={k_sel}, BLOCK_K={block_k}, {int((ids < 0).sum())} padding entries")
+    def case(name, **kw):
+        return gather_case(rng, name, **kw)
     ragged = [int(rng.integers(17, 60)) for _ in range(3)]
     return ([case("ragged K_SEL (not a multiple of BLOCK_K)", S=k + 1 + int(rng.integers(0, 20)),
                   k_sel=k + (k % 16 == 0)) for k in ragged]
@@ -197,26 +202,32 @@ def _run_decode(fn, case):
     return out.cpu().numpy()
 
 
+def decode_case(rng, name, B=None, Hkv=None, G=None, D=None, S=None, k_sel=None, pad="some", q_scale=1.0,
+                block_k=16):
+    """A 09.2 Case (q (B, Hkv·G, D), k, v (B, S, Hkv, D) float32, idx (B, Hkv, K_SEL) int64 -1 padded, block_k)."""
+    B = int(rng.integers(1, 3)) if B is None else B
+    Hkv = int(rng.integers(1, 3)) if Hkv is None else Hkv
+    G = int(rng.integers(1, 4)) if G is None else G
+    D = int(rng.integers(3, 33)) if D is None else D
+    S = int(rng.integers(20, 70)) if S is None else S
+    k_sel = int(rng.integers(17, S + 1)) if k_sel is None else k_sel
+    idx = np.stack([rng.permutation(S)[:k_sel] for _ in range(B * Hkv)]).reshape(B, Hkv, k_sel)
+    if pad == "some" and k_sel:                           # a few -1 slots in every row
+        for row in idx.reshape(-1, k_sel):
+            row[rng.permutation(k_sel)[:max(1, k_sel // 6)]] = -1
+    elif pad == "one row":                                # one (sequence, group) reads nothing at all
+        idx[int(rng.integers(0, B)), int(rng.integers(0, Hkv))] = -1
+    elif pad == "leading block":                          # every row: the first BLOCK_K slots are all -1
+        idx[..., :block_k] = -1
+    q = _f32(rng, (B, Hkv * G, D), q_scale)
+    return Case(name, (q, _f32(rng, (B, S, Hkv, D)), _f32(rng, (B, S, Hkv, D)), idx, block_k),
+                note=f"B={B}, Hkv={Hkv}, G={G}, D={D}, S={S}, K_SEL={k_sel}, BLOCK_K={block_k}, "
+                     f"{int((idx < 0).sum())} padding slots")
+
+
 def _decode_cases(rng):
-    def case(name, B=None, Hkv=None, G=None, D=None, S=None, k_sel=None, pad="some", q_scale=1.0, block_k=16):
-        B = int(rng.integers(1, 3)) if B is None else B
-        Hkv = int(rng.integers(1, 3)) if Hkv is None else Hkv
-        G = int(rng.integers(1, 4)) if G is None else G
-        D = int(rng.integers(3, 33)) if D is None else D
-        S = int(rng.integers(20, 70)) if S is None else S
-        k_sel = int(rng.integers(17, S + 1)) if k_sel is None else k_sel
-        idx = np.stack([rng.permutation(S)[:k_sel] for _ in range(B * Hkv)]).reshape(B, Hkv, k_sel)
-        if pad == "some" and k_sel:                           # a few -1 slots in every row
-            for row in idx.reshape(-1, k_sel):
-                row[rng.permutation(k_sel)[:max(1, k_sel // 6)]] = -1
-        elif pad == "one row":                                # one (sequence, group) reads nothing at all
-            idx[int(rng.integers(0, B)), int(rng.integers(0, Hkv))] = -1
-        elif pad == "leading block":                          # every row: the first BLOCK_K slots are all -1
-            idx[..., :block_k] = -1
-        q = _f32(rng, (B, Hkv * G, D), q_scale)
-        return Case(name, (q, _f32(rng, (B, S, Hkv, D)), _f32(rng, (B, S, Hkv, D)), idx, block_k),
-                    note=f"B={B}, Hkv={Hkv}, G={G}, D={D}, S={S}, K_SEL={k_sel}, BLOCK_K={block_k}, "
-                         f"{int((idx < 0).sum())} padding slots")
+    def case(name, **kw):
+        return decode_case(rng, name, **kw)
     return ([case("random") for _ in range(2)]
             + [case("D = 24, K_SEL = 37: ragged tiles", B=2, Hkv=2, G=3, D=24, S=50, k_sel=37),
                case("one (sequence, group) all padding: output 0", B=2, Hkv=2, pad="one row"),
@@ -276,17 +287,22 @@ def _run_chunk(fn, case):
     return y.cpu().numpy()
 
 
+def chunk_case(rng, name, Q=None, P=None, dt=None):
+    """A 09.3 Case (CUM (Q,), CB (Q, Q), U (Q, P) float32); dt(Q) -> the (Q,) steps Δ if given (else softplus noise)."""
+    Q = int(rng.choice([16, 32])) if Q is None else Q
+    P = int(rng.choice([16, 32])) if P is None else P
+    N = int(rng.integers(4, 17))
+    dt = np.log1p(np.exp(rng.normal(size=Q))) if dt is None else dt(Q)
+    A = -float(rng.uniform(0.3, 1.5))
+    B, C, x = rng.normal(size=(Q, N)), rng.normal(size=(Q, N)), rng.normal(size=(Q, P))
+    cum = np.cumsum(dt * A).astype(np.float32)
+    return Case(name, (cum, (C @ B.T).astype(np.float32), (dt[:, None] * x).astype(np.float32)),
+                note=f"Q={Q}, P={P}, N={N}, A={A:.3f}, c spans [{cum.min():.3g}, {cum.max():.3g}]")
+
+
 def _chunk_cases(rng):
     def case(name, Q=None, P=None, dt=None):
-        Q = int(rng.choice([16, 32])) if Q is None else Q
-        P = int(rng.choice([16, 32])) if P is None else P
-        N = int(rng.integers(4, 17))
-        dt = np.log1p(np.exp(rng.normal(size=Q))) if dt is None else dt(Q)
-        A = -float(rng.uniform(0.3, 1.5))
-        B, C, x = rng.normal(size=(Q, N)), rng.normal(size=(Q, N)), rng.normal(size=(Q, P))
-        cum = np.cumsum(dt * A).astype(np.float32)
-        return Case(name, (cum, (C @ B.T).astype(np.float32), (dt[:, None] * x).astype(np.float32)),
-                    note=f"Q={Q}, P={P}, N={N}, A={A:.3f}, c spans [{cum.min():.3g}, {cum.max():.3g}]")
+        return chunk_case(rng, name, Q, P, dt)
 
     def one_big(Q):
         dt = np.log1p(np.exp(rng.normal(size=Q)))

@@ -29,8 +29,10 @@ def _edges(rng, nb, lo=0, hi=80):
     return np.sort(rng.choice(np.arange(lo, hi), nb + 1, replace=False))
 
 
-def _acc_case(rng, name, B=None, T=None, V=None, edges=None, dist=None, asked=None, logits=None, targets=None):
-    """A batch with about half of its answers right (the target's logit raised): tie-free argmax unless ``logits``
+def acc_case(rng, name, B=None, T=None, V=None, edges=None, dist=None, asked=None, logits=None, targets=None):
+    """A 10.1 Case (logits (B, T, V), targets (B, T) int, -1 = not asked, dist (B, T) int, edges (nb + 1,) int).
+
+    A batch with about half of its answers right (the target's logit raised): tie-free argmax unless ``logits``
     is given. dist / asked: callables (B, T, edges) -> array, for the edge cases."""
     B = int(rng.integers(1, 5)) if B is None else B
     T = int(rng.integers(4, 41)) if T is None else T
@@ -79,19 +81,19 @@ def _acc_cases(rng):
                 logits[b, t, [i, j]] = 1.0
                 other = [v for v in range(V) if v not in (i, j)]
                 targets[b, t] = (i, j, other[0] if other else j)[which[b, t]]
-        return _acc_case(rng, "ties (numpy's argmax: the first maximum)", B=B, T=T, V=V, edges=[0, 8, 16, 24],
-                         logits=logits, targets=targets, dist=lambda B, T, e: rng.integers(0, 24, (B, T)))
+        return acc_case(rng, "ties (numpy's argmax: the first maximum)", B=B, T=T, V=V, edges=[0, 8, 16, 24],
+                        logits=logits, targets=targets, dist=lambda B, T, e: rng.integers(0, 24, (B, T)))
 
-    return ([_acc_case(rng, "random") for _ in range(4)]
-            + [_acc_case(rng, "empty buckets (acc NaN, count 0)", edges=[0, 4, 8, 16, 64], dist=two_buckets_empty),
-               _acc_case(rng, "answers exactly on the edges (lo <= dist < hi)", T=int(rng.integers(4, 30)),
-                         edges=_edges(rng, 4, 0, 40), dist=on_edges, asked=lambda B, T, e: np.ones((B, T), bool)),
-               _acc_case(rng, "answers outside every bucket (ignored)", edges=[8, 16, 24, 32], dist=outside),
-               _acc_case(rng, "-1 targets inside the buckets (ignored)", dist=in_buckets, asked=some_unasked),
+    return ([acc_case(rng, "random") for _ in range(4)]
+            + [acc_case(rng, "empty buckets (acc NaN, count 0)", edges=[0, 4, 8, 16, 64], dist=two_buckets_empty),
+               acc_case(rng, "answers exactly on the edges (lo <= dist < hi)", T=int(rng.integers(4, 30)),
+                        edges=_edges(rng, 4, 0, 40), dist=on_edges, asked=lambda B, T, e: np.ones((B, T), bool)),
+               acc_case(rng, "answers outside every bucket (ignored)", edges=[8, 16, 24, 32], dist=outside),
+               acc_case(rng, "-1 targets inside the buckets (ignored)", dist=in_buckets, asked=some_unasked),
                ties(),
-               _acc_case(rng, "B = T = 1", B=1, T=1, edges=[0, 64], asked=lambda B, T, e: np.ones((1, 1), bool),
-                         dist=lambda B, T, e: rng.integers(0, 64, (1, 1))),
-               _acc_case(rng, "one bucket", edges=_edges(rng, 1))])
+               acc_case(rng, "B = T = 1", B=1, T=1, edges=[0, 64], asked=lambda B, T, e: np.ones((1, 1), bool),
+                        dist=lambda B, T, e: rng.integers(0, 64, (1, 1))),
+               acc_case(rng, "one bucket", edges=_edges(rng, 1))])
 
 
 register(Exercise("10.1", "accuracy_by_distance", accuracy_by_distance_reference, _acc_cases, outputs=("acc", "count"),
@@ -186,7 +188,7 @@ def evidence_recall_reference(idx, evidence):
     return out
 
 
-def _selection(rng, Q, S, K, pad=0.25):
+def selection(rng, Q, S, K, pad=0.25):
     """(Q, K) distinct positions in [0, S) per row, about ``pad`` of the slots -1 (anywhere in the row)."""
     idx = np.stack([rng.choice(S, K, replace=False) for _ in range(Q)]) if K else np.zeros((Q, 0), np.int64)
     return np.where(rng.random((Q, K)) < pad, -1, idx).astype(np.int64)
@@ -196,14 +198,16 @@ def _pick(rng, pool, n):
     return [int(x) for x in rng.choice(np.asarray(sorted(pool)), n, replace=False)]
 
 
-def _recall_case(rng, name, Q=None, S=None, K=None, E=None, rows=None, pad=0.25, idx=None):
-    """rows(q, kept, missing) -> the evidence row of query q (E slots) from the kept and the missing positions;
-    idx(Q, S, K) -> the selection (default: ``_selection`` with ``pad``)."""
+def recall_case(rng, name, Q=None, S=None, K=None, E=None, rows=None, pad=0.25, idx=None):
+    """A 10.3 Case (idx (Q, K) int, -1 = empty slot, evidence (Q, E) int, -1 = unused slot).
+
+    rows(q, kept, missing) -> the evidence row of query q (E slots) from the kept and the missing positions;
+    idx(Q, S, K) -> the selection (default: ``selection`` with ``pad``)."""
     Q = int(rng.integers(1, 10)) if Q is None else Q
     S = int(rng.integers(30, 200)) if S is None else S
     K = int(rng.integers(1, 25)) if K is None else K
     E = int(rng.integers(1, 4)) if E is None else E
-    idx = _selection(rng, Q, S, K, pad) if idx is None else idx(Q, S, K)
+    idx = selection(rng, Q, S, K, pad) if idx is None else idx(Q, S, K)
     ev = np.full((Q, E), -1, np.int64)
     for q in range(Q):
         kept = set(idx[q][idx[q] >= 0].tolist())
@@ -250,19 +254,19 @@ def _recall_cases(rng):
         return [-1, -1] if q % 2 == 0 else [int(rng.integers(0, 50)), -1]
 
     S = int(rng.integers(30, 80))
-    return ([_recall_case(rng, "random") for _ in range(4)]
-            + [_recall_case(rng, "one of two evidence positions dropped (all, not any)", E=2, pad=0.0,
-                            rows=half_kept),
-               _recall_case(rng, "no evidence used (every slot -1): True", E=2, pad=0.0, rows=none_used),
-               _recall_case(rng, "position 0 needed, -1 padding in idx (-1 is not position 0)",
-                            Q=int(rng.integers(2, 7)), K=int(rng.integers(2, 16)), E=2, idx=one_minus_one,
-                            rows=zero_dropped),
-               _recall_case(rng, "-1 in idx and in evidence (never a match)", Q=int(rng.integers(2, 8)),
-                            K=int(rng.integers(2, 16)), E=2, idx=one_minus_one, rows=minus_one_both),
-               _recall_case(rng, "the neighbours selected, not the position", S=S, K=(S + 1) // 2, E=1,
-                            idx=every_other, rows=neighbours),
-               _recall_case(rng, "K = 0 (nothing selected)", Q=int(rng.integers(2, 7)), K=0, E=2, rows=no_k),
-               _recall_case(rng, "one query, one evidence slot", Q=1, E=1)])
+    return ([recall_case(rng, "random") for _ in range(4)]
+            + [recall_case(rng, "one of two evidence positions dropped (all, not any)", E=2, pad=0.0,
+                           rows=half_kept),
+               recall_case(rng, "no evidence used (every slot -1): True", E=2, pad=0.0, rows=none_used),
+               recall_case(rng, "position 0 needed, -1 padding in idx (-1 is not position 0)",
+                           Q=int(rng.integers(2, 7)), K=int(rng.integers(2, 16)), E=2, idx=one_minus_one,
+                           rows=zero_dropped),
+               recall_case(rng, "-1 in idx and in evidence (never a match)", Q=int(rng.integers(2, 8)),
+                           K=int(rng.integers(2, 16)), E=2, idx=one_minus_one, rows=minus_one_both),
+               recall_case(rng, "the neighbours selected, not the position", S=S, K=(S + 1) // 2, E=1,
+                           idx=every_other, rows=neighbours),
+               recall_case(rng, "K = 0 (nothing selected)", Q=int(rng.integers(2, 7)), K=0, E=2, rows=no_k),
+               recall_case(rng, "one query, one evidence slot", Q=1, E=1)])
 
 
 register(Exercise("10.3", "evidence_recall", evidence_recall_reference, _recall_cases, axes={"result": ("query",)},

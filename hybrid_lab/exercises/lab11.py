@@ -70,8 +70,10 @@ def _attention_mass(rng, visible, H=None):
     return (e / np.maximum(e.sum(-1, keepdims=True), 1e-300)).sum(0)
 
 
-def _recall_case(rng, name, T=None, S=None, k=None, visible=None, scores=None, probs=None):
-    """A layer's attention mass and an indexer that ranks it with noise (tie-free unless scores / probs are given).
+def recall_case(rng, name, T=None, S=None, k=None, visible=None, scores=None, probs=None):
+    """An 11.1 Case (scores (T, S), -inf where not visible, probs (T, S), 0 where not visible, k int).
+
+    A layer's attention mass and an indexer that ranks it with noise (tie-free unless scores / probs are given).
     visible(T, S), scores(visible, probs), probs(visible): callables for the edge cases."""
     S = int(rng.integers(4, 64)) if S is None else S
     T = int(rng.integers(1, min(S, 24) + 1)) if T is None else T
@@ -135,23 +137,23 @@ def _recall_cases(rng):
     S3 = int(rng.integers(2, 12))
     T4 = int(rng.integers(4, 12))
     T5 = int(rng.integers(3, 10))
-    return ([_recall_case(rng, "random") for _ in range(4)]
-            + [_recall_case(rng, "ties in the scores (smaller position first)", T=T1,
-                            S=T1 + 2 * k1 + int(rng.integers(0, 20)), k=k1, scores=tied_scores,
-                            probs=probs_decreasing_row0),
-               _recall_case(rng, "ties in the probabilities (smaller position first)", T=T2,
-                            S=T2 + 2 * k2 + int(rng.integers(0, 20)), k=k2, scores=scores_decreasing_row0,
-                            probs=tied_probs),
-               _recall_case(rng, "k >= visible keys (all of them: recall 1)", T=S3, S=S3,
-                            k=S3 + int(rng.integers(1, 4))),
-               _recall_case(rng, "a row with one visible key (t = 0)", T=T4, S=T4, k=int(rng.integers(2, 6))),
-               _recall_case(rng, "rows that see nothing (-inf everywhere: NaN)", S=int(rng.integers(8, 40)),
-                            T=int(rng.integers(3, 8)), visible=some_rows_blind),
-               _recall_case(rng, "sliding-window visibility (not a prefix)", S=int(rng.integers(12, 48)),
-                            T=int(rng.integers(3, 12)), k=int(rng.integers(2, 7)), visible=window),
-               _recall_case(rng, "visible keys of probability 0 (still candidates)", T=T5,
-                            S=T5 + int(rng.integers(8, 30)), k=int(rng.integers(5, 9)), probs=zero_mass),
-               _recall_case(rng, "k = 1", k=1)])
+    return ([recall_case(rng, "random") for _ in range(4)]
+            + [recall_case(rng, "ties in the scores (smaller position first)", T=T1,
+                           S=T1 + 2 * k1 + int(rng.integers(0, 20)), k=k1, scores=tied_scores,
+                           probs=probs_decreasing_row0),
+               recall_case(rng, "ties in the probabilities (smaller position first)", T=T2,
+                           S=T2 + 2 * k2 + int(rng.integers(0, 20)), k=k2, scores=scores_decreasing_row0,
+                           probs=tied_probs),
+               recall_case(rng, "k >= visible keys (all of them: recall 1)", T=S3, S=S3,
+                           k=S3 + int(rng.integers(1, 4))),
+               recall_case(rng, "a row with one visible key (t = 0)", T=T4, S=T4, k=int(rng.integers(2, 6))),
+               recall_case(rng, "rows that see nothing (-inf everywhere: NaN)", S=int(rng.integers(8, 40)),
+                           T=int(rng.integers(3, 8)), visible=some_rows_blind),
+               recall_case(rng, "sliding-window visibility (not a prefix)", S=int(rng.integers(12, 48)),
+                           T=int(rng.integers(3, 12)), k=int(rng.integers(2, 7)), visible=window),
+               recall_case(rng, "visible keys of probability 0 (still candidates)", T=T5,
+                           S=T5 + int(rng.integers(8, 30)), k=int(rng.integers(5, 9)), probs=zero_mass),
+               recall_case(rng, "k = 1", k=1)])
 
 
 register(Exercise("11.1", "topk_recall_from_scores", topk_recall_from_scores_reference, _recall_cases,
@@ -166,8 +168,10 @@ def topk_attention_reference(q, k, v, idx, scale):
     return _twin(q[None, None], k[None], v[None], np.asarray(idx)[None, None], scale=scale)[0, 0]
 
 
-def _attn_case(rng, name, Hkv=None, G=None, d=None, dv=None, S=None, K=None, pad=0.25, idx=None, offset=0.0):
-    """Random q, k, v and a selection of K distinct positions per KV head with about ``pad`` of the slots -1.
+def attn_case(rng, name, Hkv=None, G=None, d=None, dv=None, S=None, K=None, pad=0.25, idx=None, offset=0.0):
+    """An 11.2 Case (q (Hkv·G, d), k (S, Hkv, d), v (S, Hkv, dv), idx (Hkv, K) int, -1 = empty slot, scale).
+
+    Random q, k, v and a selection of K distinct positions per KV head with about ``pad`` of the slots -1.
     idx(Hkv, S, K) -> the selection, for the edge cases; offset: added to every logit (through the first channel)."""
     Hkv = int(rng.choice([1, 2, 4])) if Hkv is None else Hkv
     G = int(rng.integers(1, 4)) if G is None else G
@@ -210,17 +214,17 @@ def _attn_cases(rng):
         perm = rng.permutation(S)
         return np.stack([perm[:K], perm[K:2 * K]])
 
-    return ([_attn_case(rng, "random") for _ in range(4)]
-            + [_attn_case(rng, "-1 padding in the middle", K=int(rng.integers(5, 8)), idx=middle),
-               _attn_case(rng, "a single selected position (output = its v)", K=int(rng.integers(2, 6)), idx=single),
-               _attn_case(rng, "a KV head that selects nothing (its query heads: zeros)", Hkv=2,
-                          K=int(rng.integers(2, 8)), idx=one_group_empty),
-               _attn_case(rng, "large logits (offset 900: exp overflows unless the max is subtracted)",
-                          d=int(rng.integers(4, 17)), K=int(rng.integers(4, 8)), offset=900.0),
-               _attn_case(rng, "GQA: 2 KV heads, 3 query heads each", Hkv=2, G=3, S=int(rng.integers(12, 40)),
-                          K=int(rng.integers(2, 6)), idx=different_sets),
-               _attn_case(rng, "MQA: 1 KV head, 4 query heads", Hkv=1, G=4),
-               _attn_case(rng, "K = 0 (nothing selected: zeros)", K=0)])
+    return ([attn_case(rng, "random") for _ in range(4)]
+            + [attn_case(rng, "-1 padding in the middle", K=int(rng.integers(5, 8)), idx=middle),
+               attn_case(rng, "a single selected position (output = its v)", K=int(rng.integers(2, 6)), idx=single),
+               attn_case(rng, "a KV head that selects nothing (its query heads: zeros)", Hkv=2,
+                         K=int(rng.integers(2, 8)), idx=one_group_empty),
+               attn_case(rng, "large logits (offset 900: exp overflows unless the max is subtracted)",
+                         d=int(rng.integers(4, 17)), K=int(rng.integers(4, 8)), offset=900.0),
+               attn_case(rng, "GQA: 2 KV heads, 3 query heads each", Hkv=2, G=3, S=int(rng.integers(12, 40)),
+                         K=int(rng.integers(2, 6)), idx=different_sets),
+               attn_case(rng, "MQA: 1 KV head, 4 query heads", Hkv=1, G=4),
+               attn_case(rng, "K = 0 (nothing selected: zeros)", K=0)])
 
 
 register(Exercise("11.2", "topk_attention", topk_attention_reference, _attn_cases,
@@ -241,8 +245,10 @@ def _ids(x):
     return np.asarray(x, np.int64).reshape(-1)
 
 
-def _fetch_case(rng, name, prev, new, resident, block_bytes=None):
-    """prev, new, resident: block ids (-1 = empty slot); block_bytes: random (a multiple of 1 KiB) unless given."""
+def fetch_case(rng, name, prev, new, resident, block_bytes=None):
+    """An 11.3 Case (prev_blocks (K1,), new_blocks (K2,), resident (R,): int64 block ids, block_bytes int).
+
+    prev, new, resident: block ids (-1 = empty slot); block_bytes: random (a multiple of 1 KiB) unless given."""
     bb = int(rng.integers(1, 257)) * 1024 if block_bytes is None else block_bytes
     prev, new, resident = _ids(prev), _ids(new), _ids(resident)
     return Case(name, (prev, new, resident, bb),
@@ -268,7 +274,7 @@ def _fetch_random(rng):
                                                                               replace=False)]).astype(np.int64)
     if rng.random() < 0.5:                             # the init block selected too (SparDA always reads it)
         new = np.concatenate([new, [0]])
-    return _fetch_case(rng, "random", _pad(rng, prev, 0.2), _pad(rng, new, 0.2), resident)
+    return fetch_case(rng, "random", _pad(rng, prev, 0.2), _pad(rng, new, 0.2), resident)
 
 
 def _fetch_cases(rng):
@@ -279,19 +285,19 @@ def _fetch_cases(rng):
     r = perm[3 * K:3 * K + int(rng.integers(1, 3))]                # resident, disjoint from a, b, c
     n_keep = int(rng.integers(1, K))                               # 1 .. K-1 blocks kept from a
     return ([_fetch_random(rng) for _ in range(4)]
-            + [_fetch_case(rng, "identical selections (nothing to copy)", _pad(rng, a, 0.3),
-                           _pad(rng, rng.permutation(a), 0.3), r),
-               _fetch_case(rng, "all new (K2 blocks to copy)", a[:K - 1], b, r),
-               _fetch_case(rng, "-1 slots in new_blocks only (an empty slot is not a block)", a,
-                           rng.permutation(np.concatenate([a[:n_keep], b[:1], [-1, -1, -1]])), r),
-               _fetch_case(rng, "-1 slots in both (a -1 in prev_blocks caches no block)", _pad(rng, a, 0.5),
-                           np.concatenate([[-1], a[:n_keep], c[:2], [-1]]), r),
-               _fetch_case(rng, "a block resident and selected (not copied)", a,
-                           np.concatenate([a[:n_keep], r, b[:2]]), r),
-               _fetch_case(rng, "nothing resident (R = 0)", a, np.concatenate([b[:2], a[:n_keep]]), []),
-               _fetch_case(rng, "new_blocks all -1 (0 bytes)", a, [-1] * K, r),
-               _fetch_case(rng, "first step (prev_blocks empty): every selected block not resident",
-                           [], np.concatenate([[0], b]), np.concatenate([[0], r]))])
+            + [fetch_case(rng, "identical selections (nothing to copy)", _pad(rng, a, 0.3),
+                          _pad(rng, rng.permutation(a), 0.3), r),
+               fetch_case(rng, "all new (K2 blocks to copy)", a[:K - 1], b, r),
+               fetch_case(rng, "-1 slots in new_blocks only (an empty slot is not a block)", a,
+                          rng.permutation(np.concatenate([a[:n_keep], b[:1], [-1, -1, -1]])), r),
+               fetch_case(rng, "-1 slots in both (a -1 in prev_blocks caches no block)", _pad(rng, a, 0.5),
+                          np.concatenate([[-1], a[:n_keep], c[:2], [-1]]), r),
+               fetch_case(rng, "a block resident and selected (not copied)", a,
+                          np.concatenate([a[:n_keep], r, b[:2]]), r),
+               fetch_case(rng, "nothing resident (R = 0)", a, np.concatenate([b[:2], a[:n_keep]]), []),
+               fetch_case(rng, "new_blocks all -1 (0 bytes)", a, [-1] * K, r),
+               fetch_case(rng, "first step (prev_blocks empty): every selected block not resident",
+                          [], np.concatenate([[0], b]), np.concatenate([[0], r]))])
 
 
 register(Exercise("11.3", "fetch_bytes", fetch_bytes_reference, _fetch_cases, forbidden=FETCH))

@@ -233,7 +233,11 @@ def _ended_why(code: int, kernel: bool) -> str:
                 "that can reach past a buffer" if kernel else "an out-of-bounds access in native code?")
         return f"{who} (signal {-code}, {signal.Signals(-code).name}: {hint})"
     if code < 0:
-        return f"the process was killed by signal {-code} (out of memory or CPU time?)"
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else "?"
+        # Name what can send it, not a guess: the limits, or the code itself (os.kill).
+        cause = {"SIGXCPU": "the CPU-time limit", "SIGKILL": "the memory or time limit, the system, or os.kill in "
+                 "the code"}.get(name, "a signal sent to it")
+        return f"the process was killed by signal {-code} ({name}: {cause})"
     return f"the process ended with exit status {code} before it returned"
 
 

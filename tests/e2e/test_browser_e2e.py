@@ -69,7 +69,7 @@ pytestmark = [
 
 
 # ------------------------------------------------------------------------------------------------ prerequisites
-def _ensure_chromium() -> str:
+def ensure_chromium() -> str:
     if Path(CHROMIUM).exists():
         return CHROMIUM
     if IN_CI and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
@@ -185,7 +185,7 @@ class JupyterLab:
 
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
-    _ensure_chromium()
+    ensure_chromium()
     _import_playwright()
     server = JupyterLab(tmp_path_factory.mktemp("jupyterlab"))
     (server.root / "solutions").mkdir()
@@ -201,7 +201,7 @@ def jupyterlab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(jupyterlab, tmp_path_factory):
-    chromium = _ensure_chromium()
+    chromium = ensure_chromium()
     sync_playwright = _import_playwright()
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as pw:

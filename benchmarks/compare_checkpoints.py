@@ -1,0 +1,49 @@
+"""Compare a retraining with the stored checkpoints, seed by seed: every weight bit for bit, every recorded number
+(the per-seed JSON without its timing and command fields), and the experiment's entry in results.json.
+
+    PYTHONPATH=. python3 benchmarks/compare_checkpoints.py NEW_OUT EXPERIMENT [--models m1 m2 ...]
+
+NEW_OUT is the --out folder of `hybrid-lab train EXPERIMENT ... --out NEW_OUT`. Exits 1 unless everything matches.
+"""
+import argparse, json, sys
+from pathlib import Path
+
+import numpy as np
+
+from hybrid_lab.trained import train
+
+# Fields that legitimately differ between two runs of the same training: wall time and the command line.
+VOLATILE = {"command", "tokens_per_s", "train_seconds", "seconds", "wall_s"}
+
+
+def _stable(d):
+    return {k: v for k, v in d.items() if k not in VOLATILE and "second" not in k}
+
+
+def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
+    lines, ok = [], True
+    new_res = json.loads((new / "results.json").read_text())[exp]
+    old_res = json.loads((stored / "results.json").read_text())[exp]
+    for model in models or sorted(p.name for p in (new / exp).iterdir() if p.is_dir()):
+        seeds = sorted(int(p.stem[4:]) for p in (new / exp / model).glob("seed*.npz"))
+        w = j = 0
+        for s in seeds:
+            a, b = np.load(new / exp / model / f"seed{s}.npz"), np.load(stored / exp / model / f"seed{s}.npz")
+            w += set(a.files) == set(b.files) and all(np.array_equal(a[k], b[k]) for k in a.files)
+            ja = json.loads((new / exp / model / f"seed{s}.json").read_text())
+            jb = json.loads((stored / exp / model / f"seed{s}.json").read_text())
+            j += _stable(ja) == _stable(jb)
+        entry = _stable(new_res["models"][model]) == _stable(old_res["models"][model])
+        ok &= w == j == len(seeds) > 0 and entry
+        lines.append(f"  {model:14s} every weight identical {w}/{len(seeds)} seeds, every recorded number identical "
+                     f"{j}/{len(seeds)}, results.json entry identical: {'yes' if entry else 'NO'}")
+    return lines, ok
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("new"); ap.add_argument("exp"); ap.add_argument("--models", nargs="*")
+    a = ap.parse_args()
+    lines, ok = compare(Path(a.new), train.CHECKPOINTS, a.exp, a.models)
+    print("\n".join(lines))
+    sys.exit(0 if ok else 1)

@@ -2015,6 +2015,8 @@ TABLE[f"{T_}.dsa.finetune_sparse"] = Entry(lambda r: dict(      # one step on on
 TABLE[f"{T_}.dsa.attention_entropy_rows"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
                                                                  min_visible=Size(16)))
 TABLE[f"{T_}.dsa.previous_token_share"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d()))
+TABLE[f"{T_}.dsa.attention_targets"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
+                                                            recent=Size(4), top=Size(8), min_t=Size(4)))
 # eval_tokens is not mutated: a bad one is refused only after both trainings, by indexer_recall, whose message names
 # "tokens" (not eval_tokens)
 TABLE[f"{T_}.dsa.rope_ablation"] = Entry(lambda r: dict(       # one step per arm on one sequence: milliseconds

@@ -42,6 +42,8 @@ TAUGHT = {
     ("03", "Lecture 10 §4.4"): ["## 8. Long vs short requests", "SGLang+ 16.4% vs Marconi 32.7%", "-3.0%", "+25.5%",
                                 "FLOPs saved +90.3%"],
     ("04", "Lecture 10 §5.4"): ["attention sinks at the start, the most recent tokens, and a few semantically related"],
+    ("11", "Lecture 10 §5.4"): ["where the trained model's attention goes (measured", "*Sink*: there is none",
+                                "of 16 heads: 10 put >= half their mass on 8 keys"],
     ("04", "Lecture 10 §7"): ["## Since then", "Qwen3-Next", "Kimi Linear", "MiniMax", "Nemotron-H", "vLLM and SGLang",
                               "NSA", "Context management enters training"],
     ("05", "HySparse2 notes §16.3"): ["4 KV heads", "first paper's own dimension table differs"],

@@ -62,6 +62,28 @@ def test_rope_lets_the_indexer_learn_a_positional_head():
         dsa.rope_ablation(model, tr, ev, steps=1, rope_dims=0)
 
 
+def test_attention_targets_sum_and_find_the_previous_token_layer():
+    """Where the trained model attends (notebook 11 §1): the three sets are disjoint parts of a row; on a sequence of
+    one repeated token every key is the sink, recent or a match, so they sum to 1; layer 1 is the recent-token layer."""
+    model, _ = train.load_checkpoint(DENSE)
+    ev = tasks.mix(4, 128, seed=tasks.EVAL_SEED + 1, n_local=4).tokens
+    w = dsa.attention_targets(model, ev)
+    L, H = model.cfg.n_layers, model.cfg.n_heads_q
+    assert all(w[n].shape == (L, H) for n in ("sink", "recent", "match", "top"))
+    parts = w["sink"] + w["recent"] + w["match"]
+    assert (parts <= 1 + 1e-9).all() and (w["top"] <= 1 + 1e-9).all()
+    assert np.allclose(w["uniform_sink"], np.mean([1 / (t + 1) for t in range(16, 128)]))
+    assert (w["recent"][1] > 2 * w["uniform_recent"][1]).all()                 # every head of layer 1
+    assert (np.delete(w["recent"], 1, axis=0) < 3 * w["uniform_recent"][0]).all()
+    same = dsa.attention_targets(model, np.full((1, 40), 7), min_t=8)
+    assert np.allclose(same["sink"] + same["recent"] + same["match"], 1.0)
+    assert np.allclose(same["uniform_sink"] + same["uniform_recent"] + same["uniform_match"], 1.0)
+    with pytest.raises(ValueError, match="min_t"):
+        dsa.attention_targets(model, ev[:, :16])
+    with pytest.raises(ValueError, match="recent"):
+        dsa.attention_targets(model, ev, recent=0)
+
+
 def test_stored_indexers_reproduce_their_accuracy():
     model, ixs, meta = dsa.load_indexers(train.CHECKPOINTS / "dsa" / "indexer" / "seed1")
     ev = tasks.mix(64, 128, seed=tasks.EVAL_SEED + 1, n_local=4)

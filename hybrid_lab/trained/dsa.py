@@ -38,7 +38,7 @@ from hybrid_lab.trained import store, tasks
 
 __all__ = ["layer_qkv", "layer_attention", "sparse_forward", "oracle_selector", "indexer_selector", "random_selector",
            "train_layer_indexers", "selection_masks", "finetune_sparse", "indexer_recall", "previous_token_share",
-           "rope_ablation", "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS",
+           "attention_targets", "rope_ablation", "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS",
            "SELECTORS", "FT"]
 
 
@@ -344,6 +344,52 @@ def previous_token_share(model, tokens) -> np.ndarray:
             top = c["probs"].sum(axis=1)[1:].argmax(axis=-1)                 # (T - 1,) queries 1 .. T-1
             hit[n, i] = float(np.mean(top == np.arange(T - 1)))
     return hit.mean(axis=0)
+
+
+def attention_targets(model, tokens, recent: int = 4, top: int = 8, min_t: int = 16) -> dict:
+    """Where a trained model's attention goes (Lecture 10 §5.4: "the start's sink, the recent tokens, a few
+    semantically related places"). Per layer and head, the mean attention mass of queries t >= ``min_t`` on
+
+    - ``sink``: key 0, the sequence's first token;
+    - ``recent``: keys t - recent + 1 .. t (the query itself and the ones just before it), key 0 left out;
+    - ``match``: the other keys that hold the query's token, or follow one (where an induction head reads);
+    - ``top``: the ``top`` most-attended keys, whichever they are (how concentrated the row is);
+
+    with ``uniform_*``: what uniform attention over the t + 1 visible keys gives on the same sets (the baseline).
+    tokens: (N, T) token ids. Returns {name: (n_layers, Hq) for the masses, (n_layers,) for the uniform ones}."""
+    model = _dense_stack(model)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    recent, top, min_t = checks.pos_int("recent", recent), checks.pos_int("top", top), checks.pos_int("min_t", min_t)
+    T = toks.shape[1]
+    if toks.shape[0] == 0 or T <= min_t:
+        raise ValueError(f"tokens must be a non-empty (N, T) array with T > min_t = {min_t} (queries to average), "
+                         f"got shape {toks.shape}")
+    L, H = model.cfg.n_layers, model.cfg.n_heads_q
+    names = ("sink", "recent", "match", "top")
+    acc = {n: np.zeros((L, H)) for n in names} | {f"uniform_{n}": np.zeros(L) for n in names}
+    count = 0
+    for row in toks:
+        sets = []                                   # per query: (sink, recent, match) masks over keys 0..T-1
+        for t in range(min_t, T):
+            sink = np.zeros(T, bool)
+            sink[0] = True
+            rec = np.zeros(T, bool)
+            rec[max(1, t - recent + 1):t + 1] = True
+            same = np.zeros(T, bool)
+            same[:t + 1] = row[:t + 1] == row[t]
+            after = np.zeros(T, bool)
+            after[1:t + 1] = same[:t]
+            sets.append((sink, rec, (same | after) & ~rec & ~sink))
+        for i, c in enumerate(layer_attention(model, row)):
+            p = c["probs"]                          # (T, Hq, T): query, head, key
+            for t, (sink, rec, match) in zip(range(min_t, T), sets):
+                for name, m in zip(names[:3], (sink, rec, match)):
+                    acc[name][i] += p[t][:, m].sum(axis=-1)
+                    acc[f"uniform_{name}"][i] += m.sum() / (t + 1)
+                acc["top"][i] += np.sort(p[t], axis=-1)[:, -top:].sum(axis=-1)
+                acc["uniform_top"][i] += min(top, t + 1) / (t + 1)
+        count += T - min_t
+    return {n: v / count for n, v in acc.items()}
 
 
 def rope_ablation(model, train_tokens, eval_tokens, steps: int = 120, lr: float = 1e-2, k: int = 8,

@@ -184,6 +184,10 @@ def stub_source(src: str, ex: Exercise) -> str:
 
 
 NOT_RUN_YET = "(not run yet: run this cell to check your function)\n"
+# JupyterLab copies the started kernel's spec into metadata.kernelspec: any other display name than the one ipykernel
+# installs for python3 marks a notebook modified the moment it opens (tests/e2e/test_open_unmodified.py). Labs and
+# executed solutions both carry it.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 _CHECK_CALL = re.compile(r"""\bcheck\(\s*["'][0-9A-Za-z._-]+["']""")
 
 
@@ -207,9 +211,7 @@ def make_lab(sol_nb):
             tags = cell.metadata.setdefault("tags", [])
             if "nbval-ignore-output" not in tags:
                 tags.append("nbval-ignore-output")
-    # JupyterLab copies the started kernel's spec into metadata.kernelspec: any other display name than the one
-    # ipykernel installs for python3 marked the lab modified the moment it opened (tests/e2e/test_open_unmodified.py)
-    lab.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    lab.metadata["kernelspec"] = dict(KERNELSPEC)
     lab.metadata["hybrid_lab"] = {"kind": "lab", "generated_from": "solutions/", "do_not_edit": "regenerate with "
                                   "hybrid-lab build", "cells_sha256": cells_hash(lab)}
     return lab
@@ -357,6 +359,7 @@ def execute(path, timeout: int = 600) -> None:
         raise CourseError(f"{shown(path)}: a cell raised ({last[0].strip()[:160]}); fix it, then run "
                           f"hybrid-lab execute {shown(path)} again; nothing was written") from None
     normalize_outputs(nb, path.name)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     nb.metadata.setdefault("hybrid_lab", {})["executed_cells_sha256"] = cells_hash(nb)
     path.write_text(dumps(nb))
 

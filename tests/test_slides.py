@@ -71,7 +71,7 @@ def _nb(*cells):
 def test_mark_keeps_slide_types_set_by_hand(tmp_path):
     nb = nbformat.read(str(ROOT / "solutions" / "01_selective_ssm.ipynb"), as_version=4)
     conventional = [c.metadata["slideshow"]["slide_type"] for c in nb.cells]
-    by_hand, lecturer, stale, fresh = 1, 3, 5, 7
+    by_hand, lecturer, stale, fresh = 2, 4, 6, 8      # cell 1 is the Colab setup cell
     assert conventional[by_hand] == conventional[lecturer] == "skip"
     nb.cells[by_hand].metadata["slideshow"]["slide_type"] = "subslide"     # changed in JupyterLab's inspector
     nb.cells[lecturer].metadata.pop("hybrid_lab")                         # set by a lecturer before --mark ran
@@ -171,3 +171,23 @@ def test_pdf_without_chromium_says_what_to_install(tmp_path, monkeypatch, capsys
     assert "headless Chromium" in err and "apt-get install chromium" in err and not (tmp_path / "d.pdf").exists()
     with pytest.raises(ValueError, match="timeout"):
         slides.write_pdf(ROOT / "solutions" / "01_selective_ssm.ipynb", tmp_path / "d.pdf", timeout=0)
+
+
+CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+
+
+def test_chinese_is_in_zh_spans_that_a_browser_without_cjk_font_hides():
+    nb = _nb("## 1. From LTI to selective · 从线性时不变到选择性\n\nSnapshots are huge (快照大) and `code 中` stays.")
+    nb.cells[0].metadata["slideshow"] = {"slide_type": "slide"}
+    deck = slides.deck_html(nb, "t")
+    h2 = re.search(r"<h2[^>]*>(.*?)</h2>", deck).group(1)
+    assert h2 == '1. From LTI to selective<span class="zh" lang="zh"> · 从线性时不变到选择性</span>'
+    assert 'huge<span class="zh" lang="zh"> (快照大)</span> and <code>code 中</code>' in deck
+    assert "html.no-cjk .zh { display: none; }" in deck and "classList.add('no-cjk')" in deck
+    # every heading of a real deck: its Chinese inside the spans, its English outside
+    text = slides.deck_html(course.read_notebook(ROOT / "solutions" / "01_selective_ssm.ipynb"), "01")
+    heads = re.findall(r"<h[1-6][^>]*>(.*?)</h[1-6]>", text, re.S)
+    assert sum('class="zh"' in h for h in heads) >= 4
+    outside = [re.sub(r'<span class="zh" lang="zh">.*?</span>', "", h) for h in heads]
+    assert not any(CJK.search(o) for o in outside), outside
+    assert all(re.search(r"[A-Za-z]", o) for o in outside), outside

@@ -14,6 +14,7 @@
     hybrid-lab bench [NAME ...]          # run benchmarks/bench_*.py (JSON under benchmarks/results/)
     hybrid-lab train EXPERIMENT [--quick] [--jobs N]   # train the small models of notebook 10 (trained/train.py)
     hybrid-lab hub-links --hub URL --repo URL [--branch main] [--lab 01]   # nbgitpuller links (hub.py)
+    hybrid-lab colab-links [--repo URL] [--branch main]  # "Open in Colab" links (colab.py)
 
 Every failure prints one line, ``hybrid-lab: what is wrong; the command that fixes it``, and exits non-zero (2 for a
 usage or set-up mistake, 1 when grading finds a failing exercise); never a traceback (``HYBRID_LAB_DEBUG=1`` shows
@@ -35,7 +36,7 @@ from pathlib import Path
 from hybrid_lab.course import classgrade, release, slides
 from hybrid_lab.course import pipeline as course
 
-COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train", "hub-links")
+COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train", "hub-links", "colab-links")
 # JupyterLab's plugin that asks "Would you like to get notified about official Jupyter news?" on first start and
 # checks for updates; it needs the internet, and its pop-up covers the notebook. (`--LabApp.news_url=None` alone
 # does not stop the question: JupyterLab 4 asks as long as the `fetchNews` setting is "none".)
@@ -207,6 +208,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--branch", default="main", help="the branch to pull (default main)")
     p.add_argument("--lab", help="only this lab (01, or 01_selective_ssm)")
     p.add_argument("--target-dir", help="the folder to clone into (default: the repository's name)")
+    p = sub.add_parser("colab-links", help="print an 'Open in Colab' link per lab (default: the repository in "
+                                           "[tool.hybrid-lab] of pyproject.toml)")
+    p.add_argument("--repo", help="the course's GitHub repository, e.g. https://github.com/ORG/hybrid-lab")
+    p.add_argument("--branch", help="the branch (default: pyproject's, else main)")
     return ap
 
 
@@ -323,7 +328,18 @@ def _hub_links(a) -> int:
     return 0
 
 
-HANDLERS = {"hub-links": _hub_links, "train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
+def _colab_links(a) -> int:
+    from hybrid_lab.course import colab
+    try:
+        links = colab.colab_links(course.repo_root(), a.repo, a.branch)
+    except ValueError as exc:
+        raise course.CourseError("--" + str(exc)) from None
+    for name, link in links:
+        print(f"{name}  {link}")
+    return 0
+
+
+HANDLERS = {"hub-links": _hub_links, "colab-links": _colab_links, "train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
             "execute": _execute, "check": _check}
 
 

@@ -34,6 +34,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybrid_lab.course import colab
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 GRADE_DEPS = ("nbformat", "nbclient", "jupyter_client", "ipykernel")  # what grading imports (all in the `lab` extra)
@@ -211,6 +212,10 @@ def make_lab(sol_nb):
             tags = cell.metadata.setdefault("tags", [])
             if "nbval-ignore-output" not in tags:
                 tags.append("nbval-ignore-output")
+    repo, branch = colab.course_repo(repo_root() / "pyproject.toml")
+    for cell in lab.cells:      # the Colab setup cell names the course's repository (pyproject's [tool.hybrid-lab])
+        if cell.cell_type == "code" and colab.is_setup_cell(cell_source(cell)):
+            cell.source = colab.setup_cell_source(repo, branch)
     lab.metadata["kernelspec"] = dict(KERNELSPEC)
     lab.metadata["hybrid_lab"] = {"kind": "lab", "generated_from": "solutions/", "do_not_edit": "regenerate with "
                                   "hybrid-lab build", "cells_sha256": cells_hash(lab)}

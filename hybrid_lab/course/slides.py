@@ -21,7 +21,8 @@ The deck needs nothing from the network: formulas are converted to MathML when t
 typesets MathML itself: no MathJax), figures are embedded as data URLs, and the slide navigation is a few lines of
 inline JavaScript (``#3`` opens slide 3). No reveal.js and no CDN; but, as in reveal.js, ``deck.html?print-pdf``
 (and the browser's own print) lays every slide out as one 1280x720 page, which :func:`write_pdf` prints with
-headless Chromium.
+headless Chromium. The Chinese of the bilingual headings ("2. The selective recurrence · 选择性递推") is in ``<span
+class="zh">``: a browser without a CJK font hides it (the English heading, not boxes).
 """
 from __future__ import annotations
 
@@ -278,6 +279,64 @@ def markdown_html(src: str) -> str:
     return re.sub(r"HLMATH(\d+)X", lambda m: found[int(m.group(1))], body)
 
 
+# CJK ideographs, kana, hangul and their punctuation (fullwidth forms included): what a font without CJK shows as boxes
+_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
+_HAS_CJK = re.compile(f"[{_CJK}]")
+# a run of CJK text (ASCII inside it, as in "Decode 与状态生命周期", belongs to it), with the " · ", comma or space
+# before it; a parenthetical that is all CJK goes whole, else its parentheses would stay behind empty
+_CJK_RUN = re.compile(f"(?: · |, | )?(?:\\([{_CJK}][^():;]*?(?<=[{_CJK}])\\)"
+                      f"|[{_CJK}](?:[^<>{_CJK}·()]*?[{_CJK}])*)")
+_NOT_TEXT = ("math", "code", "pre", "script", "style")
+
+
+def _zh(text: str) -> str:
+    return f'<span class="zh" lang="zh">{html.escape(text, quote=False)}</span>'
+
+
+def _zh_runs(text: str) -> str:
+    """``text`` (plain, unescaped) as HTML with each CJK run in a ``.zh`` span."""
+    out, at = [], 0
+    for m in _CJK_RUN.finditer(text):
+        out += [html.escape(text[at:m.start()], quote=False), _zh(m.group(0))]
+        at = m.end()
+    return "".join(out) + html.escape(text[at:], quote=False)
+
+
+def _zh_heading(text: str) -> str:
+    """A heading's text: each " · " part with CJK in it (the notebooks' Chinese title, "Mamba-2：标量衰减") is one
+    ``.zh`` span with its separator, so hiding it leaves the English heading whole."""
+    parts = text.split(" · ")
+    out = [_zh_runs(parts[0])]
+    for part in parts[1:]:
+        out.append(_zh(" · " + part) if _HAS_CJK.search(part) else html.escape(" · ", quote=False) + _zh_runs(part))
+    return "".join(out)
+
+
+def _zh_spans(body: str) -> str:
+    """HTML with every run of CJK text outside formulas and code in ``<span class="zh" lang="zh">``: where the
+    browser has no CJK font the deck hides them (:data:`JS`) instead of showing boxes."""
+    out, inside, heading = [], [], 0
+    for tok in re.split(r"(<[^>]*>)", body):
+        if tok.startswith("<"):
+            m = re.match(r"<(/?)([a-zA-Z][a-zA-Z0-9]*)", tok)
+            if m:
+                name, closing = m.group(2).lower(), bool(m.group(1))
+                if name in _NOT_TEXT and not tok.endswith("/>"):
+                    if closing and name in inside:
+                        del inside[len(inside) - 1 - inside[::-1].index(name)]
+                    elif not closing:
+                        inside.append(name)
+                elif re.fullmatch(r"h[1-6]", name):
+                    heading += -1 if closing else 1
+            out.append(tok)
+        elif inside or not _HAS_CJK.search(html.unescape(tok)):
+            out.append(tok)
+        else:
+            text = html.unescape(tok)
+            out.append(_zh_heading(text) if heading > 0 else _zh_runs(text))
+    return "".join(out)
+
+
 def _fragments(body: str) -> str:
     """Every bullet of a list of two or more revealed one step at a time."""
     def per_list(m):
@@ -338,10 +397,11 @@ def slides_of(nb) -> list[str]:
             parts[-1] = (kind, _render_blocks(_no_trailing_colon(_blocks(md))), frag)
         bodies = []
         for kind, text, frag in parts:
-            body = _fragments(markdown_html(text)) if kind == "md" else text
+            body = _fragments(_zh_spans(markdown_html(text))) if kind == "md" else text
             bodies.append(f'<div class="fragment">\n{body}\n</div>' if frag else body)
         if s["notes"]:
-            bodies.append('<aside class="notes">\n' + "\n".join(markdown_html(n) for n in s["notes"]) + "\n</aside>")
+            notes = "\n".join(_zh_spans(markdown_html(n)) for n in s["notes"])
+            bodies.append(f'<aside class="notes">\n{notes}\n</aside>')
         out.append("\n".join(bodies))
     return out
 
@@ -359,6 +419,7 @@ math[display="block"] { margin: .5em 0; font-size: 1.15em; }
 aside.notes { display: none; }
 body.show-notes aside.notes { display: block; border-top: 2px dashed #aaa; margin-top: 1em; color: #555;
   font-size: .8em; }
+html.no-cjk .zh { display: none; }
 #counter { position: fixed; right: 1em; bottom: .6em; color: #888; font-size: .9em; }
 @page { size: @Wpx @Hpx; margin: 0; }
 @media print {
@@ -372,6 +433,21 @@ html.print-pdf .fragment { opacity: 1; } html.print-pdf #counter { display: none
 """.replace("@W", str(PAGE_W)).replace("@H", str(PAGE_H))
 
 JS = """
+// no CJK font (the Chinese of the headings would be boxes): hide the .zh spans. A glyph no font has (U+10FFFD, a
+// private-use code point) is drawn as the font's .notdef box; when a CJK character draws the same pixels it has no
+// font either. Anything failing here leaves the text shown. (Firefox draws a hex box per code point instead: the
+// two differ and the text stays, boxes and all.)
+try {
+  const c = document.createElement('canvas'); c.width = 48; c.height = 48;
+  const g = c.getContext('2d', {willReadFrequently: true});
+  const draw = ch => {
+    g.clearRect(0, 0, 48, 48); g.fillText(ch, 4, 36); return g.getImageData(0, 0, 48, 48).data.join();
+  };
+  g.font = '32px ' + getComputedStyle(document.body).fontFamily;
+  const zh = draw('\\u9009'), box = draw('\\u{10FFFD}');
+  // a blank canvas (drawing blocked) tells nothing
+  if (zh === box && /[1-9]/.test(box)) document.documentElement.classList.add('no-cjk');
+} catch (e) { /* show the text */ }
 if (/[?&]print-pdf\\b/.test(location.search)) document.documentElement.classList.add('print-pdf');
 const slides = Array.from(document.querySelectorAll('section'));
 let at = 0;
@@ -433,7 +509,7 @@ def write_deck(path, out=None) -> Path:
     out = Path(out) if out else course.repo_root() / "slides" / f"{path.stem}.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     first = course.cell_source(nb.cells[0]).lstrip().splitlines()[0].lstrip("# ").strip() if nb.cells else path.stem
-    out.write_text(deck_html(nb, first))
+    out.write_text(deck_html(nb, first), encoding="utf-8")
     return out
 
 

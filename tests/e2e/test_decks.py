@@ -4,6 +4,8 @@
 - every formula of a slide is typeset (a MathML element with a real size, none left as TeX);
 - speaker notes are there (``aside.notes``) and hidden until ``n`` is pressed;
 - bullets come one by one: page down reveals a slide's fragments before moving to the next slide;
+- the Chinese of the headings shows where a CJK font exists and is hidden (English headings, no boxes) where none
+  does: the deck once more in a Chromium whose fontconfig knows only DejaVu;
 - ``hybrid-lab slides --pdf`` writes one page per slide (pages counted with pypdf when installed, else the PDF's
   ``/Type /Page`` objects).
 
@@ -38,8 +40,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def browser():
-    chromium = ensure_chromium()
+def playwright():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -47,9 +48,14 @@ def browser():
             pytest.fail("the Python package `playwright` is missing: it belongs to the `test` extra of pyproject.toml")
         pytest.skip("browser test: the Python package `playwright` is not installed (pip install -e '.[test]')")
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def browser(playwright):
+    b = playwright.chromium.launch(executable_path=ensure_chromium(), headless=True, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
 
 
 def pdf_pages(path: Path) -> int:
@@ -117,3 +123,55 @@ def test_deck_fits_1280x720_and_prints_one_page_per_slide(browser, sol, tmp_path
     monkeypatch.setenv("HYBRID_LAB_CHROMIUM", CHROMIUM)
     pdf = slides.write_pdf(sol, tmp_path / f"{sol.stem}.pdf")
     assert pdf_pages(pdf) == len(got), f"{pdf_pages(pdf)} PDF pages for {len(got)} slides"
+
+
+JS_HEADINGS = """() => Array.from(document.querySelectorAll('section')).map((s, k) => {
+    show(k, true);
+    return Array.from(s.querySelectorAll('h1, h2, h3')).filter(h => !h.closest('aside')).map(h => ({
+        text: h.innerText, zh: Array.from(h.querySelectorAll('.zh')).map(z => getComputedStyle(z).display),
+        zhWide: Array.from(h.querySelectorAll('.zh')).map(z => z.getBoundingClientRect().width)}));
+}).flat()"""
+CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+LATIN_FONTS = Path("/usr/share/fonts/truetype/dejavu")
+
+
+def _headings(browser, deck):
+    ctx = browser.new_context(viewport={"width": slides.PAGE_W, "height": slides.PAGE_H})
+    try:
+        pg = ctx.new_page()
+        errors = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.goto(deck.as_uri(), wait_until="load")
+        got = pg.evaluate(JS_HEADINGS), pg.evaluate("document.documentElement.classList.contains('no-cjk')")
+        assert not errors, errors
+        return got
+    finally:
+        ctx.close()
+
+
+@pytest.mark.timeout(120)
+def test_chinese_headings_show_with_a_cjk_font_and_hide_without(browser, playwright, tmp_path):
+    if not LATIN_FONTS.is_dir():
+        pytest.skip(f"no {LATIN_FONTS} for a fontconfig without CJK (apt-get install fonts-dejavu-core)")
+    deck = slides.write_deck(ROOT / "solutions" / "01_selective_ssm.ipynb", tmp_path / "01.html")
+    heads, no_cjk = _headings(browser, deck)
+    bilingual = [h for h in heads if h["zh"]]
+    assert len(bilingual) >= 4 and not no_cjk, (heads, no_cjk)
+    if not any(CJK.search(h["text"]) for h in heads):
+        pytest.fail("this browser found no CJK font (apt-get install fonts-wqy-zenhei): the check hid the Chinese")
+    assert all(d == "inline" for h in bilingual for d in h["zh"]) and all(w > 20 for h in bilingual
+                                                                          for w in h["zhWide"]), bilingual
+    # the same deck where fontconfig knows only DejaVu (no CJK glyph): English headings, no boxes
+    conf = tmp_path / "fonts.conf"
+    conf.write_text(f'<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
+                    f"  <dir>{LATIN_FONTS}</dir>\n  <cachedir>{tmp_path / 'fc-cache'}</cachedir>\n</fontconfig>\n")
+    latin = playwright.chromium.launch(executable_path=ensure_chromium(), headless=True, args=CHROMIUM_ARGS,
+                                       env={**os.environ, "FONTCONFIG_FILE": str(conf)})
+    try:
+        heads, no_cjk = _headings(latin, deck)
+    finally:
+        latin.close()
+    assert no_cjk and len([h for h in heads if h["zh"]]) == len(bilingual)
+    assert all(d == "none" for h in heads for d in h["zh"]), heads
+    assert not [h["text"] for h in heads if CJK.search(h["text"])], "CJK (boxes) left in a heading"
+    assert all(re.search(r"[A-Za-z]{3}", h["text"]) and not h["text"].rstrip().endswith("·") for h in heads), heads

@@ -86,7 +86,7 @@ def ensure_chromium() -> str:
                 "or set HYBRID_LAB_CHROMIUM); it is installed automatically only as root with CI=true")
 
 
-def _import_playwright():
+def import_playwright():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -186,7 +186,7 @@ class JupyterLab:
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
     ensure_chromium()
-    _import_playwright()
+    import_playwright()
     server = JupyterLab(tmp_path_factory.mktemp("jupyterlab"))
     (server.root / "solutions").mkdir()
     (server.root / "labs").mkdir()
@@ -202,7 +202,7 @@ def jupyterlab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def page(jupyterlab, tmp_path_factory):
     chromium = ensure_chromium()
-    sync_playwright = _import_playwright()
+    sync_playwright = import_playwright()
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(str(profile), executable_path=chromium, headless=True,

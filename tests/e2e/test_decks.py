@@ -23,7 +23,7 @@ import pytest
 
 from hybrid_lab.course import pipeline as course
 from hybrid_lab.course import slides
-from tests.e2e.test_browser_e2e import CHROMIUM, IN_CI, ensure_chromium  # one install rule for every e2e test
+from tests.e2e.test_browser_e2e import CHROMIUM, ensure_chromium, import_playwright  # one install rule
 
 ROOT = course.repo_root()
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -41,13 +41,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def playwright():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if IN_CI:
-            pytest.fail("the Python package `playwright` is missing: it belongs to the `test` extra of pyproject.toml")
-        pytest.skip("browser test: the Python package `playwright` is not installed (pip install -e '.[test]')")
-    with sync_playwright() as pw:
+    with import_playwright()() as pw:
         yield pw
 
 

@@ -11,6 +11,27 @@ matplotlib.use("Agg")  # this process only; notebook kernels keep the inline bac
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# variables that change what a later test's kernel computes (a backend, the interpreter): a test that leaves one
+# changed fails, and the value is put back, so it cannot turn every later notebook into another run
+_GUARDED = ("HYBRID_LAB_", "TRITON_")
+
+
+def _guarded_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith(_GUARDED)}
+
+
+@pytest.fixture(autouse=True)
+def _no_env_leak():
+    before = _guarded_env()
+    yield
+    after = _guarded_env()
+    if after != before:
+        for k in set(after) - set(before):
+            del os.environ[k]
+        os.environ.update(before)
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        pytest.fail(f"the test left environment variables changed: {changed} (use monkeypatch.setenv / delenv)")
+
 
 @pytest.fixture
 def rng():

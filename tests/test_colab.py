@@ -22,7 +22,8 @@ def _run_cell(monkeypatch, source, colab_present=True, cuda=False, cloned=False)
     monkeypatch.setattr(os, "chdir", lambda d: done["chdir"].append(d))
     monkeypatch.setattr(os.path, "isdir", lambda d: cloned if d == colab.CLONE else os.path.exists(d))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.delenv("HYBRID_LAB_BACKEND", raising=False)
+    monkeypatch.setenv("HYBRID_LAB_BACKEND", "")        # recorded, so the cell's "triton" is undone afterwards
+    monkeypatch.delenv("HYBRID_LAB_BACKEND")
     torch = types.SimpleNamespace(__version__="2.99.0+cu999", cuda=types.SimpleNamespace(is_available=lambda: cuda))
     monkeypatch.setitem(sys.modules, "torch", torch)
     if colab_present:

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-from gpu_track import block_sparse, fa_decode_topk, lightning_indexer, selective_scan, sparse_attention, ssd
+from gpu_track import block_sparse, fa_decode_topk, lightning_indexer, selective_scan, sparse_attention, ssd, targets
 
 BF16 = torch.bfloat16
 DEV = "cuda"
@@ -37,6 +37,19 @@ RESULT: dict = {}
 OUT_PATHS: list = []
 QUICK = False
 DRY = False   # --dry-cpu: tiny shapes on CPU under the interpreter, to test this script without a GPU
+
+
+TARGET = None  # the GPU's targets.Target (HYBRID_LAB_GPU_TARGET forces one): which configs and dtypes it may take
+
+
+def fitting(kernel: str, cands: list, width: int | None = None) -> list:
+    """The candidates this GPU may run (targets.configs: compiled for its capability, fitting its shared memory
+    and registers), in the given order; all of them in the interpreter or where the table knows no GPU. ``width``:
+    compare only a candidate's first entries (the sparse-attention sweep appends a launch size)."""
+    if TARGET is None:
+        return list(cands)
+    keep = targets.configs(TARGET).get(kernel, [])
+    return [c for c in cands if tuple(c[:width] if width else c) in {tuple(k) for k in keep}]
 
 
 def save():
@@ -199,7 +212,7 @@ def sparse_attention_rows():
             nb = triton.cdiv(K, 32)
             base = max(1, min(nb, 528 // (B * Hkv)))
             cands = [(bk, nw, ns, sp) for bk in (32, 64) for nw in (4, 8) for ns in (2, 3, 4) for sp in (base, 2 * base)]
-            cands = cands if not DRY else cands[:1]
+            cands = fitting("sparse_attention", cands, 3) if not DRY else cands[:1]
             times = {c: bench_graph(ours(c, idxs), 50) for c in cands}
             cfg_best = min(times, key=times.get)
             RESULT["config"]["sparse_attention"] = {"block_k": cfg_best[0], "num_warps": cfg_best[1],
@@ -284,7 +297,7 @@ def indexer_rows():
     for B, S in shapes:
         q = torch.randn(B, 1, Hi, di, device=DEV, dtype=BF16)
         w = torch.rand(B, 1, Hi, device=DEV, dtype=BF16)
-        for form in ("bf16", "fp8"):
+        for form in ("bf16", "fp8") if TARGET is None or targets.dtype_policy(TARGET)["fp8"] else ("bf16",):
             nbytes = indexer_bytes(B, S, 1, Hi, di, 2 if form == "bf16" else 1)
             if form == "bf16":
                 ks = [torch.randn(B, S, di, device=DEV, dtype=BF16) for _ in range(n_copies(nbytes))]
@@ -305,7 +318,7 @@ def indexer_rows():
                                                                      num_stages=c[2], k_scale=o[3], variant=variant,
                                                                      span=span) for o in ops]
             if form not in cfg:                       # manual sweep on the first shape (interpreter: one config)
-                cands = INDEXER_CANDIDATES[form] if not DRY else INDEXER_CANDIDATES[form][:1]
+                cands = fitting(f"lightning_indexer_{form}", INDEXER_CANDIDATES[form]) if not DRY else INDEXER_CANDIDATES[form][:1]
                 times = {}
                 for c in cands:
                     try:
@@ -478,7 +491,7 @@ def scan_rows():
             return selective_scan.selective_scan(x, dt, A, Bm, Cm, D, chunk=c[1], block_d=c[2], lanes_d=c[3],
                                                  num_warps=c[4], out_dtype=BF16, variant=c[0])
         if top is None:
-            cands = SCAN_CANDIDATES if not DRY else SCAN_CANDIDATES[:1] + SCAN_CANDIDATES[-1:]
+            cands = fitting("selective_scan", SCAN_CANDIDATES) if not DRY else SCAN_CANDIDATES[:1] + SCAN_CANDIDATES[-1:]
             ref, _ = selective_scan.selective_scan(x[:, :512], dt[:, :512], A, Bm[:, :512], Cm[:, :512], D)
             times = {}
             for c in cands:
@@ -610,7 +623,7 @@ def ssd_rows():
         # reference: the single pass with fp32 output, the default tiles
         y_ref, _ = ssd.ssd_chunked(x, dt, A, Bm, Cm)
         if cfg is None:
-            cands = SSD_CANDIDATES if not DRY else [(16, 16, 4, 1, False, 16, None, 512, 8, 1), (32, 16, 4, 1, True, 16, BF16, 64, 2, 2)]
+            cands = fitting("ssd_chunked", SSD_CANDIDATES) if not DRY else [(16, 16, 4, 1, False, 16, None, 512, 8, 1), (32, 16, 4, 1, True, 16, BF16, 64, 2, 2)]
             times = {}
             for c in cands:
                 try:   # a config must first agree with the reference: a miscompiled kernel never gets timed
@@ -730,7 +743,7 @@ def block_sparse_rows():
         v = torch.randn(B, S, Hkv, d, device=DEV, dtype=BF16)
         bidx = block_lists(B, T, Hkv, S, nb)
         if cfg is None:
-            cands = BLOCK_SPARSE_CANDIDATES if not DRY else BLOCK_SPARSE_CANDIDATES[:1]
+            cands = fitting("block_sparse_attention", BLOCK_SPARSE_CANDIDATES) if not DRY else BLOCK_SPARSE_CANDIDATES[:1]
             times = {c: bench(lambda c=c: block_sparse.block_sparse_attention(q, k, v, bidx, bs, block_t=c[0], num_warps=c[1], num_stages=c[2]), 30) for c in cands}
             cfg = min(times, key=times.get)
             RESULT["config"]["block_sparse_attention"] = {"block_t": cfg[0], "num_warps": cfg[1], "num_stages": cfg[2]}
@@ -796,7 +809,8 @@ def block_sparse_decode_rows(Hq, Hkv, d, bs):
                                                                       num_stages=c[2]) for b_ in bsets]
         splits = [n for n in BLOCK_SPARSE_SPLITS if n <= nb] if not DRY else [1, 2]
         if dcfg is None:                              # sweep warps/stages on the first shape (B = 64), then nsplit
-            cands = ([c for c in BLOCK_SPARSE_DECODE_CANDIDATES if c[0] == DECODE_SWEEP_NSPLIT] if not DRY
+            cands = ([c for c in fitting("block_sparse_attention_decode", BLOCK_SPARSE_DECODE_CANDIDATES)
+                      if c[0] == DECODE_SWEEP_NSPLIT] if not DRY
                      else [(2, 4, 2)])
             times = {c: bench_graph(dec(c), 50) for c in cands}
             dcfg = min(times, key=times.get)
@@ -828,9 +842,15 @@ def main(argv=None):
     OUT_PATHS.extend(a.out or ["gpu_track/results/h200.json"])
     if not torch.cuda.is_available() and not DRY:
         sys.exit("no CUDA GPU: the benchmark needs one (the interpreter measures nothing useful)")
+    global TARGET, BF16
+    TARGET = None if DRY else targets.current()
+    if TARGET is not None:
+        BF16 = targets.tensor_core_dtype(torch.bfloat16, TARGET, fp8=True)     # fp16 on a T4; prints the fallback
     RESULT.update({"machine": torch.cuda.get_device_name() if not DRY else "cpu (dry run)",
                    "sms": torch.cuda.get_device_properties(0).multi_processor_count if not DRY else 0,
                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                   "target": None if TARGET is None else TARGET.name,
+                   "target": None if TARGET is None else TARGET.name,
                    "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
                    # where it wrote is not part of what it measured: --out keeps the file name only
                    "command": "python -m gpu_track.bench " + " ".join(

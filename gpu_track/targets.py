@@ -180,6 +180,88 @@ def configs(props, table: dict | None = None) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ this GPU
+def current(env: dict | None = None):
+    """The Target the kernels run for: ``HYBRID_LAB_GPU_TARGET`` (a name as :func:`target` takes: "T4", "A100",
+    "sm_80", ...) when set, so an H200 can run the sm_80 config set and dtype path; else this process's CUDA
+    device; None on a machine without one (Triton's interpreter: nothing to choose)."""
+    env = os.environ if env is None else env
+    forced = env.get("HYBRID_LAB_GPU_TARGET", "").strip()
+    if forced:
+        return target(forced)
+    try:
+        import torch
+    except ImportError:
+        return None
+    if env.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return None
+    return target(torch.cuda.get_device_properties(torch.cuda.current_device()))
+
+
+def tensor_core_dtype(dtype, t=None, fp8: bool = False):
+    """The dtype a kernel's ``tl.dot`` inputs get on target ``t`` (default :func:`current`) for inputs of torch
+    ``dtype``: bf16 becomes fp16 below sm_80 (no bf16 tensor cores; fp32 accumulation either way); an FP8 request
+    below sm_89 takes the 16-bit path. float32 / float64 are kept (CUDA-core dots). Prints the fallback once."""
+    import torch
+    t = current() if t is None else target(t)
+    if t is None:
+        return dtype
+    policy = dtype_policy(t)
+    if fp8 and not policy["fp8"] or (dtype == torch.bfloat16 and policy["dot"] == "fp16"):
+        announce(t)
+    if dtype == torch.bfloat16 and policy["dot"] == "fp16":
+        return torch.float16
+    return dtype
+
+
+# The GPUs of the hardware table, with where a student meets them (Colab's accelerator menu, 2026: T4 free; L4,
+# A100 and H100 on paid plans; a department: A10 / RTX cards, A100, H100)
+WHERE = {"T4": "Colab free tier", "A10": "departments (A10, RTX 30xx)", "L4": "Colab paid plans",
+         "A100": "Colab paid plans, departments", "H200": "H100: Colab paid plans; H100/H200 clusters"}
+SHOWN = {"T4": "T4", "A10": "A10 / RTX 30xx", "L4": "L4", "A100": "A100", "H200": "H100 / H200"}
+
+
+def hardware_rows(table: dict | None = None) -> list:
+    """One row per student GPU (T4, A10, L4, A100, H100/H200): what the kernels compute in there, how many of the
+    bench's configs the chooser keeps (compiled ahead of time for that capability and fitting its shared memory and
+    registers), and which test backs the row. Derived from :func:`dtype_policy` and :func:`configs`, not typed."""
+    table = stored_table() if table is None else table
+    cands = candidates()
+    rows = []
+    for name in ("T4", "A10", "L4", "A100", "H200"):
+        t = TARGETS[name]
+        pol = dtype_policy(t)
+        kept = configs(t, table)
+        n_kept = sum(len(v) for v in kept.values())
+        n_all = sum(len(v) for k, v in cands.items() if pol["fp8"] or not k.endswith("_fp8"))
+        cut = sorted(k for k in kept if len(kept[k]) < len(cands[k]))
+        rows.append({
+            "gpu": SHOWN[name], "sm": f"sm_{t.sm}", "where": WHERE[name],
+            "smem_KiB": t.smem_per_block // 1024,
+            "dot": ("fp16 (bf16 inputs cast), fp32 accumulation" if pol["dot"] == "fp16"
+                    else "bf16 or fp16, fp32 accumulation"),
+            "fp8": "FP8 e4m3" if pol["fp8"] else f"no FP8: the {pol['dot']} path",
+            "configs": f"{n_kept} of {n_all}" + (f" (fewer for {', '.join(cut)})" if cut else ""),
+            "native": "tested natively (kernels, sanitizer, every notebook)" if name == "H200"
+                      else "compiled ahead of time, not run on one",
+            "tests": "tests/test_gpu_targets.py" + (", tests/test_gpu_kernels.py, tests/test_gpu_sanitizer.py"
+                                                   if name == "H200" else ""),
+        })
+    return rows
+
+
+def hardware_markdown(table: dict | None = None) -> str:
+    """:func:`hardware_rows` as the README's markdown table."""
+    head = ("| GPU | capability | where students have it | shared memory / block | tensor-core inputs | "
+            "lightning indexer FP8 | bench configs kept | run here | backed by |")
+    lines = [head, "|" + " --- |" * 9]
+    for r in hardware_rows(table):
+        tests = ", ".join(f"`{x}`" for x in r["tests"].split(", "))
+        lines.append(f"| {r['gpu']} | {r['sm']} | {r['where']} | {r['smem_KiB']} KiB | {r['dot']} | {r['fp8']} | "
+                     f"{r['configs']} | {r['native']} | {tests} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------ compiling
 def _io(cap: int, kernel: str) -> str:
     """The tensor-core input dtype compiled for this capability (the dtype policy)."""

@@ -126,3 +126,61 @@ def test_stored_table_is_what_this_compiler_gives(fresh):
         pytest.skip(f"stored with Triton {stored_version}, this is {version}")
     for r in rows:
         assert [k["shared"] for k in r["row"]["kernels"]] == [k["shared"] for k in r["stored"]["kernels"]], r
+
+
+# ------------------------------------------------------------------------------------------------ the hardware table
+def test_readme_hardware_table_is_the_modules():
+    """The README's table is what hardware_rows derives (not typed twice), and every test a row names exists."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert targets.hardware_markdown() in readme
+    rows = targets.hardware_rows()
+    assert [r["gpu"] for r in rows] == ["T4", "A10 / RTX 30xx", "L4", "A100", "H100 / H200"]
+    for r in rows:
+        for t in r["tests"].split(", "):
+            assert os.path.exists(os.path.join(ROOT, t)), t
+    t4, _, l4, a100, h = rows
+    assert "fp16" in t4["dot"] and "no FP8" in t4["fp8"] and "fp16" in t4["fp8"]
+    assert "FP8" in l4["fp8"] and "no FP8" not in l4["fp8"] and "no FP8" in a100["fp8"]
+    assert h["configs"].split(" of ")[0] == h["configs"].split(" of ")[1]          # the H200 keeps every config
+    assert "fewer for" in t4["configs"]                                             # 64 KiB cuts some
+
+
+def test_current_target_forced_by_the_environment():
+    assert targets.current({"HYBRID_LAB_GPU_TARGET": "A100"}).name == "A100"
+    assert targets.current({"HYBRID_LAB_GPU_TARGET": "sm_75"}).name == "T4"
+    assert targets.current({"TRITON_INTERPRET": "1"}) is None              # the interpreter: nothing to choose
+    with pytest.raises(ValueError, match="target must be one of"):
+        targets.current({"HYBRID_LAB_GPU_TARGET": "V100"})
+
+
+def test_tensor_core_dtype_policy(capsys):
+    import torch
+    targets.ANNOUNCED.clear()
+    assert targets.tensor_core_dtype(torch.bfloat16, "T4") == torch.float16
+    assert targets.tensor_core_dtype(torch.bfloat16, "T4") == torch.float16
+    assert capsys.readouterr().out.count("no bf16 tensor cores") == 1          # said once
+    for t in ("A100", "L4", "H200"):
+        assert targets.tensor_core_dtype(torch.bfloat16, t) == torch.bfloat16
+    for dt in (torch.float16, torch.float32, torch.float64):
+        assert targets.tensor_core_dtype(dt, "T4") == dt
+    targets.tensor_core_dtype(torch.bfloat16, "A100", fp8=True)
+    assert "the FP8 indexer runs in bf16" in capsys.readouterr().out
+    targets.tensor_core_dtype(torch.bfloat16, "H200", fp8=True)
+    assert capsys.readouterr().out == ""
+    targets.ANNOUNCED.clear()
+
+
+def test_bench_sweeps_only_what_the_gpu_fits(monkeypatch):
+    """The bench's sweep lists, filtered by the GPU's target: a T4 loses the configs that do not fit 64 KiB (and
+    the sparse-attention sweep's launch size is not part of the match); the interpreter keeps every candidate."""
+    monkeypatch.setattr(bench, "TARGET", None)
+    assert bench.fitting("ssd_chunked", bench.SSD_CANDIDATES) == list(bench.SSD_CANDIDATES)
+    monkeypatch.setattr(bench, "TARGET", targets.target("T4"))
+    t4 = bench.fitting("ssd_chunked", bench.SSD_CANDIDATES)
+    assert t4 == targets.configs("T4")["ssd_chunked"] and 0 < len(t4) < len(bench.SSD_CANDIDATES)
+    sa = [c + (7,) for c in targets.SPARSE_ATTENTION_CANDIDATES]
+    assert bench.fitting("sparse_attention", sa, 3) == [c + (7,) for c in targets.configs("T4")["sparse_attention"]]
+    assert bench.fitting("lightning_indexer_fp8", bench.INDEXER_CANDIDATES["fp8"]) == []      # no FP8 below sm_89
+    monkeypatch.setattr(bench, "TARGET", targets.target("H200"))
+    assert bench.fitting("lightning_indexer_fp8", bench.INDEXER_CANDIDATES["fp8"]) == \
+        list(bench.INDEXER_CANDIDATES["fp8"])

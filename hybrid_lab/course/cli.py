@@ -15,6 +15,7 @@
     hybrid-lab train EXPERIMENT [--quick] [--jobs N]   # train the small models of notebook 10 (trained/train.py)
     hybrid-lab hub-links --hub URL --repo URL [--branch main] [--lab 01]   # nbgitpuller links (hub.py)
     hybrid-lab colab-links [--repo URL] [--branch main]  # "Open in Colab" links (colab.py)
+    hybrid-lab site [--out build/site]   # the course's static website, offline (Jupyter Book; site.py)
 
 Every failure prints one line, ``hybrid-lab: what is wrong; the command that fixes it``, and exits non-zero (2 for a
 usage or set-up mistake, 1 when grading finds a failing exercise); never a traceback (``HYBRID_LAB_DEBUG=1`` shows
@@ -36,7 +37,8 @@ from pathlib import Path
 from hybrid_lab.course import classgrade, release, slides
 from hybrid_lab.course import pipeline as course
 
-COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train", "hub-links", "colab-links")
+COMMANDS = ("open", "grade", "build", "check", "execute", "bench", "slides", "export", "train", "hub-links", "colab-links",
+            "site")
 # JupyterLab's plugin that asks "Would you like to get notified about official Jupyter news?" on first start and
 # checks for updates; it needs the internet, and its pop-up covers the notebook. (`--LabApp.news_url=None` alone
 # does not stop the question: JupyterLab 4 asks as long as the `fetchNews` setting is "none".)
@@ -189,10 +191,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mark", action="store_true", help="set the cells' slide metadata (lecturers); a slide type set "
                                                          "by hand is kept")
     p.add_argument("--pdf", action="store_true", help="write the deck as a PDF, one page per slide (headless Chromium)")
-    p = sub.add_parser("export", help="export the course: export nbgrader DIR (an nbgrader course folder)")
-    p.add_argument("format", choices=("nbgrader",))
-    p.add_argument("dir")
-    p.add_argument("paths", nargs="*")
+    p = sub.add_parser("export", help="export nbgrader DIR [NN ...]: an nbgrader course folder of the labs",
+                       description=release.EXPORT_HELP, epilog=f"e.g. {release.EXPORT_EXAMPLE}")
+    p.add_argument("format", type=release.export_format, metavar="nbgrader", help="the format (nbgrader, the one)")
+    p.add_argument("dir", type=release.course_folder, metavar="DIR",
+                   help="the course folder to write (created if missing; a new folder or an nbgrader course)")
+    p.add_argument("paths", nargs="*", default=[], type=release.solution_arg, metavar="NN",
+                   help="the labs to export: 01, 01_selective_ssm or a lab's path (default: every lab)")
     sub.add_parser("check", help="exit 1 if a solution is stale or labs/ is out of sync with solutions/")
     p = sub.add_parser("execute", help="run notebooks in place, storing outputs")
     p.add_argument("paths", nargs="+")
@@ -212,6 +217,9 @@ def _parser() -> argparse.ArgumentParser:
                                            "[tool.hybrid-lab] of pyproject.toml)")
     p.add_argument("--repo", help="the course's GitHub repository, e.g. https://github.com/ORG/hybrid-lab")
     p.add_argument("--branch", help="the branch (default: pyproject's, else main)")
+    p = sub.add_parser("site", help="build the course's static website (Jupyter Book; the labs with their stored "
+                                    "outputs, in the README's order; works offline)")
+    p.add_argument("--out", help="the folder to write (default build/site; an earlier site there is replaced)")
     return ap
 
 
@@ -339,7 +347,14 @@ def _colab_links(a) -> int:
     return 0
 
 
-HANDLERS = {"hub-links": _hub_links, "colab-links": _colab_links, "train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
+def _site(a) -> int:
+    from hybrid_lab.course import site
+    index = site.build_site(a.out)
+    print(f"wrote {course.shown(index.parent)}: open {course.shown(index)}")
+    return 0
+
+
+HANDLERS = {"site": _site, "hub-links": _hub_links, "colab-links": _colab_links, "train": _train, "open": _open, "bench": _bench, "grade": _grade, "build": _build, "slides": _slides, "export": _export,
             "execute": _execute, "check": _check}
 
 

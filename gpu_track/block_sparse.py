@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 
 from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_gqa_operands,
-                              check_int, check_range, check_scale, check_tensor, check_tile, dot_precision, fold_scale,
-                              pow2, query_positions, split_chunk)
+                              check_int, check_no_repeats, check_range, check_scale, check_tensor, check_tile,
+                              dot_precision, fold_scale, pow2, query_positions, split_chunk)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -92,6 +92,8 @@ def tile_uniform(block_idx: torch.Tensor, block_t: int) -> bool:
     bi = block_idx
     if pad:  # repeat the last row so a ragged last tile compares with itself
         bi = torch.cat([bi, bi[:, -1:].expand(B, pad, Hkv, nb)], dim=1)
+    if bi.numel() == 0:      # no query, head or listed block: every tile lists the same (empty) blocks
+        return True
     tiles = bi.reshape(B, -1, block_t, Hkv, nb)
     return bool((tiles == tiles[:, :, :1]).all())
 
@@ -106,6 +108,7 @@ def check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t, nspl
     check_tensor("block_idx", block_idx, (B, T, Hkv, None), INT_DTYPES, like=q,
                  doc=f"(B={B}, T={T}, Hkv={Hkv}, nb) integers")
     check_range("block_idx", block_idx, -1, n_blocks)   # -1 pads; a block >= Nb holds no key
+    check_no_repeats("block_idx", block_idx, "block")   # a repeat would be read, and weigh, twice
     check_scale(scale)
     if block_t is not None:
         check_tile("block_t", block_t, lo=1)
@@ -118,7 +121,8 @@ def block_sparse_attention(q, k, v, block_idx, block_size: int = 64, scale=None,
                            block_t: int | None = None, num_warps: int = 4, num_stages: int = 2,
                            nsplit: int | None = None):
     """q: (B, T, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv); block_idx: (B, T, Hkv, nb) int in [-1, Nb), -1
-    padded, Nb = ceil(S / block_size); q_pos: (T,) int in [0, S), default S - T + arange(T).
+    padded, no block twice in a row (refused: it would be read twice), Nb = ceil(S / block_size); q_pos: (T,) int in
+    [0, S), default S - T + arange(T).
     Returns o: (B, T, Hq, dv) in q's dtype.
 
     ``block_t``: queries per program (a power of two); by default the largest power of two <= 128 / G that keeps

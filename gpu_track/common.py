@@ -175,6 +175,21 @@ def check_range(name: str, t: torch.Tensor, lo: int, hi: int | None) -> None:
           f"{name} entries must lie in [{lo}, {'inf' if hi is None else hi}), got range [{mn}, {mx}]")
 
 
+def check_no_repeats(name: str, t: torch.Tensor, what: str = "position") -> None:
+    """No entry >= 0 twice within one row (the last axis) of the integer tensor ``t``; -1 pads and may repeat. A
+    repeated position would be read twice and weigh twice in the softmax: refused as the ops' contracts refuse it
+    (``hybrid_lab.core.checks.no_repeats``, the same message). Skipped during a CUDA-graph capture, as the range."""
+    if t.numel() == 0 or t.shape[-1] < 2 or _capturing():
+        return
+    srt = torch.sort(t, dim=-1).values
+    dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+    if bool(dup.any()):
+        first = dup.nonzero()[0]
+        row = tuple(int(i) for i in first[:-1])
+        value = int(srt[row][int(first[-1]) + 1])
+        raise ValueError(f"{name} must not repeat a {what} within one row, got {value} twice in row {row}")
+
+
 def check_index_space(name: str, n_elements: int, what: str) -> None:
     """A kernel that computes offsets into a buffer in int32 needs every offset below 2^31: ``n_elements`` is the
     buffer's size in elements; past INT32_MAX the offsets would wrap and read/write another tensor's memory."""

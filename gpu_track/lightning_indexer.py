@@ -121,6 +121,8 @@ def check_indexer_args(q, w, k, block_s, block_t, k_scale=None, variant=None, sp
     dts = (FP8,) if fp8 else FLOAT_DTYPES
     check_tensor("q", q, (None,) * 4, dts, doc="(B, T, Hi, di)" + (" float8_e4m3fn" if fp8 else ""))
     B, T, Hi, di = q.shape
+    # as the op's contract: a width of 0 has no q·k to score (the scores would all be 0, an arbitrary ranking)
+    check(di >= 1, f"q must have an index width di >= 1, got shape {tuple(q.shape)}")
     check_tensor("w", w, (B, T, Hi), FLOAT_DTYPES, like=q, doc=f"(B={B}, T={T}, Hi={Hi})")
     check_tensor("k", k, (B, None, di), (q.dtype,), like=q, doc=f"(B={B}, S, di={di}) in q's dtype")
     if fp8:

@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands,
-                              check_int, check_range, check_scale, check_sink, check_tensor, check_tile,
-                              dot_precision, fold_scale, pow2, split_chunk)
+                              check_int, check_no_repeats, check_range, check_scale, check_sink, check_tensor,
+                              check_tile, dot_precision, fold_scale, pow2, split_chunk)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -81,6 +81,7 @@ def check_sparse_attention_args(q, k, v, idx, scale, sink, block_k, nsplit):
     T = q.shape[1]
     check_tensor("idx", idx, (B, T, Hkv, None), INT_DTYPES, like=q, doc=f"(B={B}, T={T}, Hkv={Hkv}, K) integers")
     check_range("idx", idx, -1, S)                      # -1 pads; anything else would be read out of bounds
+    check_no_repeats("idx", idx)                        # a repeat would be read, and weigh, twice
     check_scale(scale)
     check_sink(sink, Hq, q)
     check_tile("block_k", block_k)
@@ -94,9 +95,9 @@ def sparse_attention(q, k, v, idx, scale=None, sink=None, block_k: int = 32, num
     -1 padded; sink: (Hq,) or None.
 
     Returns o: (B, T, Hq, dv) in q's dtype. Shapes, dtypes, devices and the index range are checked here (an
-    index >= S would read out of bounds); that no position repeats within an index set is the caller's contract
-    (the numpy API checks it). ``nsplit``: slices of the index list run by separate programs and merged after
-    (default: enough to give the GPU ~4 programs per SM when B·T·Hkv is small).
+    index >= S would read out of bounds), and that no position repeats within an index set (it would be read and
+    weigh twice; refused as the op's contract refuses it). ``nsplit``: slices of the index list run by separate
+    programs and merged after (default: enough to give the GPU ~4 programs per SM when B·T·Hkv is small).
     """
     check_sparse_attention_args(q, k, v, idx, scale, sink, block_k, nsplit)
     block_k, nsplit = int(block_k), None if nsplit is None else int(nsplit)

@@ -1,10 +1,10 @@
 """The two backends agree on every input: a property test over the swappable ops (``registry.SWAPPABLE_OPS``).
 
 Hypothesis draws one call per example: small sizes with any of them 0 (every axis at once too), float16 / float32 /
-float64 / integer operands, C-, Fortran-ordered, strided or nested-list layouts, magnitudes from 1e-30 to 1e30 and
-one extreme entry, index sets with -1 padding (and duplicates, which both refuse), sizes as Python ints, numpy ints
-and huge values. The call runs under the numpy backend and under the Triton backend (the kernels under
-``TRITON_INTERPRET=1`` on CPU). The property:
+float64 / integer operands (and torch bfloat16 tensors, which both refuse: bfloat16 is no numpy dtype), C-,
+Fortran-ordered, strided or nested-list layouts, magnitudes from 1e-30 to 1e30 and one extreme entry, index sets
+with -1 padding (and duplicates, which both refuse), sizes as Python ints, numpy ints and huge values. The call runs
+under the numpy backend and under the Triton backend (the kernels under ``TRITON_INTERPRET=1`` on CPU). The property:
 
 - the numpy backend refuses the input with a ValueError  ->  the Triton backend refuses it with the same message;
 - the numpy backend returns                               ->  the Triton backend returns the same shapes and dtypes,
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 import gpu_track  # noqa: E402,F401  (before triton: sets TRITON_INTERPRET without a GPU)
 
 pytest.importorskip("triton")
@@ -46,8 +46,11 @@ class Draw:
 
     def __init__(self, data):
         self.data = data
-        self.rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="seed"))
+        seed = data.draw(st.integers(0, 2 ** 32 - 1), label="seed")
+        self.rng = np.random.default_rng(seed)
         self.dtype = data.draw(st.sampled_from(["float64", "float32", "float16", "int64"]), label="dtype")
+        if seed % 10 == 3:          # ~1 example in 10 (a drawn flag would come up far more often: bounds first)
+            self.dtype = "bfloat16"
         self.layout = data.draw(st.sampled_from(["C", "F", "strided", "list"]), label="layout")
         self.scale = 10.0 ** data.draw(st.sampled_from([0, 0, 0, -30, 30, 8]), label="log10 magnitude")
         self.extreme = data.draw(st.sampled_from([None, None, 1e30, -1e30, 1e-30]), label="one extreme entry")
@@ -82,6 +85,8 @@ class Draw:
             a = a * self.scale
         if extreme and self.extreme is not None and a.size and (sign == 0 or self.extreme * sign > 0):
             a.flat[self.data.draw(st.integers(0, a.size - 1), label="extreme at")] = self.extreme
+        if self.dtype == "bfloat16":                # a torch tensor: numpy has no bfloat16
+            return torch.from_numpy(a).to(torch.bfloat16)
         fits = self.dtype != "float16" or np.abs(a).max(initial=0) < 6e4     # else float32: no inf from the cast
         return self._lay(a.astype(self.dtype if fits else np.float32))
 

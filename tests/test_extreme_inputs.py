@@ -5,19 +5,22 @@ each kind returning a wrong number or raising something other than a ValueError.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 import pytest
 
 import hybrid_lab
-from hybrid_lab.models import attention_stats, infllm
+from hybrid_lab.models import attention_stats, hysparse, hysparse2, infllm
 from hybrid_lab.models.lightning_indexer import log_softmax
 from hybrid_lab.ops import block_sparse, fa_decode, lightning_indexer, registry, sparse_attention, ssm
 from hybrid_lab.serving import eviction, offload_sim, pd_timeline
 from hybrid_lab.serving.radix_cache import marconi_admission
 
 HUGE = 2 ** 62
+with contextlib.suppress(ImportError):      # at collection, not in a test: without a GPU it sets TRITON_INTERPRET,
+    import gpu_track  # noqa: F401           # an environment variable no test may change (conftest)
 
 
 def rel(a, b):
@@ -51,10 +54,35 @@ def test_chunked_scans_exact_for_a_huge_step(rng, spike):
     assert rel(y, y0) < 1e-12 and rel(h, h0) < 1e-12
 
 
+@pytest.mark.parametrize("spike", [1e12, 1e16, 1e300])
+def test_chunked_scans_exact_for_a_huge_step_on_the_triton_backend(rng, spike):
+    """The same spike through the registry's Triton backend (ssd_chunked lost 8.7e-5 at 1e12 there too)."""
+    _torch()
+    a = _m1(rng)
+    a["dt"][0, 3] = spike
+    y0, h0 = ssm.ssm_scan(**a)
+    b = _m2(rng)
+    b["dt"][0, 3] = spike
+    y2, h2 = ssm.ssd_scan(**b)
+    with hybrid_lab.use_backend("triton"):
+        y, h = ssm.selective_scan(**a, chunk_size=8)
+        assert rel(y, y0) < 1e-12 and rel(h, h0) < 1e-12
+        y, h = ssm.ssd_chunked(**b, chunk_size=8)
+        assert rel(y, y2) < 1e-12 and rel(h, h2) < 1e-12
+
+
 # ------------------------------------------------------------------------------------------------ precision
-def test_float16_inputs_compute_in_float32(rng):
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_float16_inputs_compute_in_float32(rng, backend):
     """float16 operands are widened before any arithmetic (contracts.float_dtype): the result equals the op on
-    the same values given as float32, to float32 rounding (it was 4e-4 to 1.5e-3 off)."""
+    the same values given as float32, to float32 rounding (it was 4e-4 to 1.5e-3 off), on both backends."""
+    if backend == "triton":
+        _torch()
+    with hybrid_lab.use_backend(backend):
+        _float16_is_float32(rng)
+
+
+def _float16_is_float32(rng):
     q, k, v = (rng.standard_normal(s).astype(np.float16) for s in ((1, 3, 2, 8), (1, 40, 1, 8), (1, 40, 1, 8)))
     idx = np.tile(np.arange(40)[None, None, None], (1, 3, 1, 1))
     o16 = sparse_attention.sparse_attention(q, k, v, idx)
@@ -87,6 +115,24 @@ def test_with_forced_window_refuses_a_repeated_position():
     with pytest.raises(ValueError, match="top must not repeat a position"):
         fa_decode.with_forced_window([[[0, 0]]], [5], 2)
     assert fa_decode.with_forced_window([[[0, -1, -1]]], [5], 2).tolist() == [[[4, 5, 0, -1, -1]]]
+
+
+def test_captured_mass_refuses_a_repeated_position_and_an_empty_row():
+    """It returned 1.5 (the position counted three times) and NaN (0/0)."""
+    with pytest.raises(ValueError, match="idx must not list a position twice"):
+        hysparse2.captured_mass([[.5, .3, .2]], [[0, 0, 0]])
+    with pytest.raises(ValueError, match="score must have some mass in every row"):
+        hysparse2.captured_mass([[0.0, 0.0, 0.0]], [[0, -1, -1]])
+    assert hysparse2.captured_mass([[.5, .3, .2]], [[0, 2, -1]]).tolist() == pytest.approx([0.7])
+
+
+# ------------------------------------------------------------------------------------------------ overflow
+def test_blocks_to_tokens_does_not_wrap_a_huge_block_id():
+    """Block 2**62 of 4 tokens starts at 2**64, which wrapped to token 0: [0, 1, 2, 3, ...] for q_pos 10."""
+    assert (hysparse.blocks_to_tokens([[[HUGE, -1]]], 4, [10]) == -1).all()
+    assert hysparse.blocks_to_tokens([[[HUGE, 2]]], 4, [10]).tolist() == [[[-1] * 4 + [8, 9, 10, -1]]]
+    big = np.iinfo(np.int64).max
+    assert (hysparse.blocks_to_tokens([[[big - 1, 0]]], 2, [big - 1]) >= -1).all()
 
 
 # ------------------------------------------------------------------------------------------------ degenerate rows
@@ -143,8 +189,12 @@ def test_eviction_scores_stay_finite_for_huge_clocks(variant):
         assert s[0] == s.max() if variant == "paper" else True      # the newest node is the most recent
 
 
-def test_fa_decode_topk_refuses_an_empty_value_width(rng):
-    with pytest.raises(ValueError, match="dv >= 1"):
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_fa_decode_topk_refuses_an_empty_value_width(rng, backend):
+    """dv = 0: the Triton backend used to return other indices than numpy; both refuse now."""
+    if backend == "triton":
+        _torch()
+    with hybrid_lab.use_backend(backend), pytest.raises(ValueError, match="dv >= 1"):
         fa_decode.fa_decode_topk(rng.standard_normal((1, 2, 4)), rng.standard_normal((1, 6, 1, 4)),
                                  np.zeros((1, 6, 1, 0)), 2, 1)
 
@@ -154,8 +204,12 @@ def _attn(rng, B=1, T=2, S=6, d=4, dv=3):
     return (rng.standard_normal((B, T, 2, d)), rng.standard_normal((B, S, 1, d)), rng.standard_normal((B, S, 1, dv)))
 
 
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
 @pytest.mark.parametrize("op", ["sparse", "block", "fa_decode", "fa_attention", "indexer", "indexer_fp8"])
-def test_a_key_width_of_zero_is_refused(rng, op):
+def test_a_key_width_of_zero_is_refused(rng, op, backend):
+    """d = 0 raised ZeroDivisionError (d ** -0.5) or IndexError on both backends."""
+    if backend == "triton":
+        _torch()
     q, k, v = _attn(rng, d=0)
     call = {"sparse": lambda: sparse_attention.sparse_attention(q, k, v, np.zeros((1, 2, 1, 1), int)),
             "block": lambda: block_sparse.block_sparse_attention(q, k, v, np.zeros((1, 2, 1, 1), int)),
@@ -163,7 +217,7 @@ def test_a_key_width_of_zero_is_refused(rng, op):
             "fa_attention": lambda: fa_decode.fa_attention(q[0], k[0], v[0], None),
             "indexer": lambda: lightning_indexer.lightning_indexer(q, np.ones(q.shape[:3]), k[:, :, 0], 2),
             "indexer_fp8": lambda: lightning_indexer.lightning_indexer_fp8(q, np.ones(q.shape[:3]), k[:, :, 0], 2)}[op]
-    with pytest.raises(ValueError, match="d"):
+    with hybrid_lab.use_backend(backend), pytest.raises(ValueError, match="width d|index width di"):
         call()
 
 
@@ -301,5 +355,61 @@ def test_triton_backend_edge_cases_match_numpy(rng):
         q, k, v = _attn(rng)
         assert not block_sparse.block_sparse_attention(q, k, v, np.zeros((1, 2, 1, 0), int)).any()
         o = sparse_attention.sparse_attention(q, k, v, np.array([[[[0, 1]], [[2, -1]]]]), sink=np.array([1, 0]))
+        q0, k0, v0 = _attn(rng, S=0)                                    # S = 0, every slot -1 (IndexError before)
+        o0 = sparse_attention.sparse_attention(q0, k0, v0, -np.ones((1, 2, 1, 3), int))
+        assert o0.shape == (1, 2, 2, 3) and not o0.any()
     ref = sparse_attention.sparse_attention(q, k, v, np.array([[[[0, 1]], [[2, -1]]]]), sink=np.array([1.0, 0.0]))
     assert rel(o, ref) < 1e-12
+
+
+_ATTN_WRAPPERS = ["sparse_attention", "block_sparse_attention", "fa_decode", "fa_decode_topk"]
+_INDEXERS = ["indexer_scores", "lightning_indexer", "lightning_indexer_fp8"]          # no value width
+
+
+@pytest.mark.parametrize("wrapper, width", [(w, x) for w in _ATTN_WRAPPERS for x in ("d", "dv")]
+                         + [(w, "d") for w in _INDEXERS])
+def test_triton_wrappers_refuse_an_empty_key_or_value_width(rng, wrapper, width):
+    """d = 0 raised ZeroDivisionError in the attention wrappers; the indexer's di = 0 returned all-zero scores and
+    an arbitrary ranking (its twin refuses it)."""
+    torch = _torch()
+    from gpu_track import block_sparse as gbs, fa_decode_topk as gfa, lightning_indexer as gli, sparse_attention as gsa
+    q, k, v = (torch.from_numpy(a) for a in _attn(rng, d=0 if width == "d" else 4, dv=0 if width == "dv" else 3))
+    idx = torch.zeros((1, 2, 1, 1), dtype=torch.int64)
+    w = torch.ones(q.shape[:3], dtype=q.dtype)
+    f32 = (q.float(), w.float(), k[:, :, 0].float())
+    call = {"sparse_attention": lambda: gsa.sparse_attention(q, k, v, idx),
+            "block_sparse_attention": lambda: gbs.block_sparse_attention(q, k, v, idx, 4),
+            "fa_decode": lambda: gfa.fa_decode(q[:, 0], k, v, 1),
+            "fa_decode_topk": lambda: gfa.fa_decode_topk(q[:, 0], k, v, 2, 1),
+            "indexer_scores": lambda: gli.indexer_scores(q, w, k[:, :, 0]),
+            "lightning_indexer": lambda: gli.lightning_indexer(q, w, k[:, :, 0], 2),
+            "lightning_indexer_fp8": lambda: gli.lightning_indexer_fp8(*f32, 2)}[wrapper]
+    with pytest.raises(ValueError, match=r"^q"):
+        call()
+
+
+def test_triton_wrappers_refuse_a_repeated_position(rng):
+    """A repeat within an index set was read twice (it weighed twice in the softmax); the ops' contracts refused
+    it, the torch wrappers did not."""
+    torch = _torch()
+    from gpu_track import block_sparse as gbs, sparse_attention as gsa
+    q, k, v = (torch.from_numpy(a) for a in _attn(rng))
+    with pytest.raises(ValueError, match=r"idx must not repeat a position within one row, got 3 twice in row "
+                                         r"\(0, 1, 0\)"):
+        gsa.sparse_attention(q, k, v, torch.tensor([[[[0, 1, -1]], [[3, -1, 3]]]]))
+    with pytest.raises(ValueError, match="block_idx must not repeat a block"):
+        gbs.block_sparse_attention(q, k, v, torch.tensor([[[[0, 0]], [[1, -1]]]]), 4)
+    o = gsa.sparse_attention(q, k, v, torch.tensor([[[[0, -1, -1]], [[3, -1, 1]]]]))      # -1 pads may repeat
+    ref = sparse_attention.sparse_attention(*(a.numpy() for a in (q, k, v)), np.array([[[[0, -1, -1]], [[3, -1, 1]]]]))
+    assert rel(o.numpy(), ref) < 1e-12
+
+
+def test_backend_environment_variable_ignores_case():
+    """HYBRID_LAB_BACKEND=TRITON and use_backend("TRITON") follow one rule (registry._check)."""
+    import os
+    import subprocess
+    import sys
+    code = "from hybrid_lab.ops import registry; print(registry.get_backend())"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, HYBRID_LAB_BACKEND=" TRITON "),
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "triton"

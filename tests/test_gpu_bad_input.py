@@ -15,6 +15,14 @@ numpy arrays for ``numpy_api``. The test changes ONE argument at a time:
     layouts            (F, I) non-contiguous (transposed), Fortran-ordered (all axes reversed) and strided (every
                               other entry) tensors, and a size as ``np.int32``: these must return exactly the
                               baseline's numbers, not raise.
+    extremes           (F) every entry x 1e30 or x 1e-30, one entry set to ±1e30; every tensor of the call with
+                              every axis 0 at once: a ValueError or a result without NaN, never another exception.
+    precision          (F) one operand in float16 or bfloat16, the others as given: a ValueError (the wrapper wants
+                              one dtype for them) or the numbers of the call with that operand widened back to the
+                              baseline's dtype, to the output dtype's rounding (a wrapper computes in the widest of
+                              its operands' dtypes and never rounds the others down to the narrow one).
+    scalars, repeats   (F) a Python float where a tensor belongs; (I, -1 padded index sets) one entry repeated
+                              within a row: a ValueError.
 
 Anything else, a TypeError, RuntimeError, IndexError, Triton's interpreter error, or a return where a ValueError
 was expected, fails. ``ALLOW`` lists the (callable, argument, mutation) cases where a return is the documented
@@ -59,8 +67,9 @@ _CHECKS = "an argument check itself: every wrapper below calls it, so the wrappe
 _LAUNCH = "a launch helper: called only by the wrappers, with values they have already checked"
 SKIP = {
     **{f"gpu_track.common.{n}": _CHECKS for n in ("check", "check_tensor", "check_gqa_operands", "check_sink",
-                                                  "check_range", "check_index_space", "check_grid", "check_finite",
-                                                  "is_int", "check_int", "check_tile", "check_scale")},
+                                                  "check_range", "check_no_repeats", "check_index_space",
+                                                  "check_grid", "check_finite", "is_int", "check_int", "check_tile",
+                                                  "check_scale")},
     **{f"gpu_track.common.{n}": _LAUNCH for n in ("device", "pow2", "acc_torch_dtype", "acc_dtype", "dot_precision",
                                                   "fold_scale", "split_chunk", "alloc", "query_positions")},
     "gpu_track.common.scan_combine": "a @triton.jit combine function: callable only inside a kernel",
@@ -192,6 +201,8 @@ class F(Arg):
     def labels(self):
         out = ["nan", "+inf"] + ([] if self.neginf_ok else ["-inf"]) + _shape_labels(self.v, self.free)
         out += ["dtype_int", "dtype_bool"] + ([] if self.optional else ["none"]) + _layout_labels(self.v)
+        if _is_torch(self.v):
+            out += list(BEHAVE[:3]) + list(PRECISION) + ["scalar"]
         return out
 
     def mutate(self, label):
@@ -200,6 +211,15 @@ class F(Arg):
             return _poke(a, 1, {"nan": math.nan, "+inf": math.inf, "-inf": -math.inf}[label])
         if label == "dtype_int":
             return _like(a, np.round(_np(a) * 3).astype(np.int64))
+        if label in ("magnitude_1e30", "magnitude_1e-30"):
+            return a * (1e30 if label == "magnitude_1e30" else 1e-30)
+        if label == "extreme_entry":            # keeps a one-signed operand's sign (A <= 0, dt >= 0)
+            one_signed = bool((a >= 0).all() or (a <= 0).all())
+            return _poke(a, 1, (-1e30 if (a <= 0).all() else 1e30) if one_signed else -1e30)
+        if label in PRECISION:
+            return a.to(PRECISION[label])
+        if label == "scalar":
+            return float(a.flatten()[0])
         return _array_mutate(a, label, self.free)
 
 
@@ -215,12 +235,21 @@ class I(Arg):  # noqa: E742
     def labels(self):
         out = _shape_labels(self.v, self.free) + (["index_eq_size"] if self.hi is not None else [])
         out += ["index_below_lo", "dtype_float", "dtype_bool"] + ([] if self.optional else ["none"])
+        if self.lo == -1 and self.v.shape[-1] >= 2 and _is_torch(self.v):      # -1 padded index sets
+            out.append("duplicate")
         return out + _layout_labels(self.v)
 
     def mutate(self, label):
         a = self.v
         if label == "index_eq_size":
             return _poke(a, 0, self.hi)
+        if label == "duplicate":                # the first entry >= 0 of a row written into the next slot
+            arr = _np(a).copy()
+            rows = np.argwhere((arr >= 0).any(-1))
+            row = tuple(rows[0])
+            j = int(np.flatnonzero(arr[row] >= 0)[0])
+            arr[row][(j + 1) % arr.shape[-1]] = arr[row][j]
+            return _like(a, arr)
         if label == "index_below_lo":
             return _poke(a, 0, self.lo - 1)
         if label == "dtype_float":
@@ -265,6 +294,8 @@ class Choice(Arg):
 
 
 SAME = ("layout_", "size_np_int32")       # mutations that must give the baseline's numbers
+BEHAVE = ("magnitude_1e30", "magnitude_1e-30", "extreme_entry", "all_axes_zero")   # ValueError or no NaN
+PRECISION = {"float16": torch.float16, "bfloat16": torch.bfloat16}   # ValueError, or the widened call's numbers
 
 
 # ------------------------------------------------------------------------------------------ the baselines
@@ -443,7 +474,7 @@ for _m in ("extra_axis", "missing_axis", "wrong_length"):
         ALLOW[(f"{G}.{_e}", "x", _m)] = ("per-row quantization of a tensor of any shape", _row_shape)
     ALLOW[(f"{G}.common.topk_stable", "scores", _m)] = (
         "top-k over the last axis of any shape", lambda out, base, bad: out.shape == bad.shape[:-1] + (3,))
-for _m in ("wrong_length", "index_eq_size", "index_below_lo"):
+for _m in ("wrong_length", "index_eq_size", "index_below_lo", "duplicate"):
     ALLOW[(f"{G}.block_sparse.tile_uniform", "block_idx", _m)] = (
         "compares the block lists only; their range is block_sparse_attention's check",
         lambda out, base, bad: isinstance(out, bool))
@@ -523,23 +554,73 @@ def _baseline(name):
     return _BASE[name]
 
 
+def _tensors(e):
+    """The entry's torch tensor arguments (fixed ones too: the float8 operands of the FP8 indexer)."""
+    return {n: a for n, a in e.args.items() if _is_torch(a.v)}
+
+
 CASES = [(name, arg, label) for name, e in GPU_TABLE.items() for arg, a in e.args.items() for label in a.labels()
          if not any(fnmatch.fnmatchcase(name, p) for p in VALIDATED_UPSTREAM) or label.startswith(SAME)]
+CASES += [(name, "*", "all_axes_zero") for name, e in GPU_TABLE.items() if _tensors(e)]
 
 
 def _arg_named(msg, arg):
     return re.search(rf"(^|[^A-Za-z0-9_]){re.escape(arg)}([^A-Za-z0-9_]|$)", msg) is not None
 
 
+def _has_nan(out):
+    return any(_np(o).dtype.kind == "f" and np.isnan(_np(o)).any() for o in _leaves(out)
+               if _is_torch(o) or isinstance(o, np.ndarray))
+
+
+_TOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3}
+
+
+def _same_numbers(a, b):
+    """The same shapes, dtypes and integers, floats to the output dtype's rounding (relative to the largest)."""
+    for x, y in zip(_leaves(a), _leaves(b)):
+        if not (_is_torch(x) or isinstance(x, np.ndarray)):
+            if x != y:
+                return False
+            continue
+        x, y = _np(x), _np(y)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if x.dtype.kind != "f":
+            if not np.array_equal(x, y):
+                return False
+            continue
+        fin = np.isfinite(y)
+        if not np.array_equal(fin, np.isfinite(x)) or not np.array_equal(x[~fin], y[~fin], equal_nan=True):
+            return False
+        tol = _TOL.get(x.dtype, 1e-6) * max(float(np.abs(y[fin]).max(initial=0.0)), 1e-300)
+        if fin.any() and float(np.abs(x[fin].astype(np.float64) - y[fin]).max()) > tol:
+            return False
+    return True
+
+
+def _mutated(name, arg, label):
+    """{argument: value} of the mutated call."""
+    e = GPU_TABLE[name]
+    if label == "all_axes_zero":            # every tensor of the call, with every axis of length 0
+        return {n: torch.zeros((0,) * a.v.ndim, dtype=a.v.dtype, device=a.v.device) for n, a in _tensors(e).items()}
+    return {arg: e.args[arg].mutate(label)}
+
+
 def _outcome(name, arg, label):
     """None when the case passes, else a one-line description of what happened."""
     e = GPU_TABLE[name]
-    bad = e.args[arg].mutate(label)
+    over = _mutated(name, arg, label)
+    bad = over.get(arg)
     try:
-        out = e.call(**{arg: bad})
+        out = e.call(**over)
     except ValueError as err:
         if label.startswith(SAME):
             return f"raised ValueError for a valid layout: {err}"
+        if label in BEHAVE or label in PRECISION:   # any argument may be the one checked first (k against q's dtype)
+            aliases = [o for (pe, _, _), (o, _) in NAMED_AS.items() if fnmatch.fnmatchcase(name, pe) and o != "*"]
+            names = [n for n in [*e.args, *aliases] if _arg_named(str(err), n)]
+            return None if names else f"ValueError naming no argument: {err}"
         # sizes of the first checked tensor may be named by the axis's letter (S, L, ...) rather than the argument
         named = _named_as(name, arg, label)
         return None if named == "*" or _arg_named(str(err), named) else f"ValueError not naming {named}: {err}"
@@ -547,6 +628,12 @@ def _outcome(name, arg, label):
         return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
     if label.startswith(SAME):
         return None if _same(out, _baseline(name)) else "returned other numbers than the baseline"
+    if label in BEHAVE:
+        return "returned NaN" if _has_nan(out) else None
+    if label in PRECISION:                  # computed in the widest dtype: the same values, widened, give the same
+        ref = e.call(**{arg: bad.to(e.args[arg].v.dtype)})
+        return None if _same_numbers(out, ref) else (f"{label} {arg} rounded other operands down: other numbers than "
+                                                     f"with {arg} widened back to {e.args[arg].v.dtype}")
     allowed = _allowed(name, arg, label)
     if allowed is not None:
         return None if allowed[1](out, _baseline(name), bad) else f"allowed return failed its check ({allowed[0]})"

@@ -701,8 +701,8 @@ def test_checks_do_not_break_cuda_graph_capture():
     """The benchmark replays decode launches from CUDA graphs: the host-side index checks are skipped during capture
     (the eager call before it was checked), and the replay equals the eager result."""
     q, k, v = _attn_inputs(B=2, T=1, Hq=32, Hkv=2, S=300, dtype=torch.float16)
-    idx = torch.randint(0, 300, (2, 1, 2, 40), device=DEV)
-    bidx = torch.randint(0, 5, (2, 1, 2, 3), device=DEV)
+    idx = torch.rand(2, 1, 2, 300, device=DEV).topk(40, dim=-1).indices     # distinct per row (repeats are refused)
+    bidx = torch.rand(2, 1, 2, 5, device=DEV).topk(3, dim=-1).indices
     calls = [lambda: sparse_attention.sparse_attention(q, k, v, idx),
              lambda: block_sparse.block_sparse_attention(q, k, v, bidx, 64),
              lambda: fa_decode_topk.fa_decode(q[:, 0], k, v, 16)[0]]

@@ -78,9 +78,19 @@ def compute_dtype(*arrays) -> np.dtype:
     return np.result_type(np.float32, *[np.asarray(a).dtype for a in arrays if a is not None])
 
 
+def _asarray(name: str, a) -> np.ndarray:
+    """``np.asarray(a)``, or a ValueError naming ``name`` where numpy makes no array of it: a ragged nested list, a
+    torch bfloat16 tensor (bfloat16 is not a numpy dtype: refused like any non-numeric dtype), a tensor on a GPU."""
+    try:
+        return np.asarray(a)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{name} must be an array of numbers (numpy dtypes), got {type(a).__name__} that numpy "
+                         f"cannot read: {str(e).splitlines()[0][:100]}") from None
+
+
 def array(name: str, a, ndim: int | None = None, shape_doc: str = "", kinds: str = "fiu") -> np.ndarray:
     """A numpy array of the given rank whose dtype kind is in ``kinds`` (f float, i/u integer, b bool)."""
-    a = np.asarray(a)
+    a = _asarray(name, a)
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D {shape_doc}".rstrip() + f", got shape {a.shape}")
     if a.dtype.kind not in kinds:
@@ -106,7 +116,7 @@ def finite_array(name: str, a, ndim: int | None = None, shape_doc: str = "", all
 def int_array(name: str, a, ndim: int | None = None, shape_doc: str = "", lo: int | None = None,
               hi: int | None = None) -> np.ndarray:
     """An integer array (returned as int64) whose entries lie in [lo, hi) where given."""
-    a = np.asarray(a)
+    a = _asarray(name, a)
     if a.size == 0 and a.dtype.kind == "f":      # np.asarray([]) is float64: an empty list of indices is fine
         a = a.astype(np.int64)
     a = array(name, a, ndim, shape_doc, kinds="iu").astype(np.int64)
@@ -173,7 +183,7 @@ def output_size(name: str, shape) -> int:
 def no_repeats(name: str, idx, what: str = "position") -> np.ndarray:
     """Index sets over the last axis with -1 as an empty slot: no entry >= 0 twice in a row (it would be counted,
     read or weighted twice). Returns ``idx``."""
-    idx = np.asarray(idx)
+    idx = _asarray(name, idx)
     if idx.ndim < 1:
         raise ValueError(f"{name} must be an array (..., K) of index sets, got a scalar")
     srt = np.sort(idx, axis=-1)
@@ -188,7 +198,7 @@ def no_repeats(name: str, idx, what: str = "position") -> np.ndarray:
 def tokens(name: str, toks, vocab: int) -> np.ndarray:
     """A non-empty 1-D array of token ids in [0, vocab)."""
     vocab = pos_int("vocab", vocab)
-    toks = np.asarray(toks)
+    toks = _asarray(name, toks)
     if toks.ndim != 1 or toks.size == 0 or toks.dtype.kind not in "iu":
         raise ValueError(f"{name} must be a non-empty 1-D integer array, got shape {toks.shape} dtype {toks.dtype}")
     return int_array(name, toks, lo=0, hi=vocab)
@@ -202,7 +212,7 @@ def query_positions(q_pos, T: int, S: int) -> np.ndarray:
         if T > S:
             raise ValueError(f"without q_pos the T={T} queries are the last T of S={S} keys, so T must be <= S")
         return S - T + np.arange(T, dtype=np.int64)
-    q_pos = np.asarray(q_pos)
+    q_pos = _asarray("q_pos", q_pos)
     if q_pos.shape != (T,) or q_pos.dtype.kind not in "iu":
         raise ValueError(f"q_pos must be an integer array of shape (T={T},), got shape {q_pos.shape} "
                          f"dtype {q_pos.dtype}")

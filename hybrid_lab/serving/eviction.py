@@ -133,7 +133,11 @@ def _minmax(x, lo, hi) -> np.ndarray:
 
 
 def _vector(name, a) -> np.ndarray:
-    a = np.asarray(a)
+    try:
+        a = np.asarray(a)
+    except (TypeError, ValueError, RuntimeError) as e:    # a ragged list, a torch bfloat16 tensor (no numpy dtype)
+        raise ValueError(f"{name} must be a real (n,) array, got {type(a).__name__} that numpy cannot read: "
+                         f"{str(e).splitlines()[0][:100]}") from None
     if a.ndim != 1 or a.dtype.kind not in "fiu":
         raise ValueError(f"{name} must be a real (n,) array, got shape {a.shape} dtype {a.dtype}")
     return a.astype(np.float64, copy=False)

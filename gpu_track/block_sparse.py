@@ -20,7 +20,7 @@ import triton.language as tl
 
 from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_gqa_operands,
                               check_int, check_no_repeats, check_range, check_scale, check_tensor, check_tile,
-                              dot_precision, fold_scale, pow2, query_positions, split_chunk)
+                              dot_precision, fold_scale, pow2, query_positions, split_chunk, on_tensor_cores)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -117,6 +117,7 @@ def check_block_sparse_args(q, k, v, block_idx, block_size, scale, block_t, nspl
     return n_blocks
 
 
+@on_tensor_cores("q", "k", "v")
 def block_sparse_attention(q, k, v, block_idx, block_size: int = 64, scale=None, q_pos=None,
                            block_t: int | None = None, num_warps: int = 4, num_stages: int = 2,
                            nsplit: int | None = None):

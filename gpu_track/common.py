@@ -253,3 +253,70 @@ def query_positions(q_pos, T: int, S: int, like: torch.Tensor, hi: int | None) -
     check_tensor("q_pos", q_pos, (T,), INT_DTYPES, like=like, doc=f"(T={T},)")
     check_range("q_pos", q_pos, 0, hi)
     return q_pos.to(torch.int64).clamp(max=INT32_MAX).to(torch.int32).contiguous()
+
+
+# ------------------------------------------------------------------------------------------- the GPU's dtypes
+FP16_MAX = 65504.0
+
+
+def policy_target():
+    """The targets.Target whose dtype policy applies to this call (``HYBRID_LAB_GPU_TARGET`` or this GPU), or None
+    (no GPU: the interpreter computes any dtype)."""
+    from gpu_track import targets
+    return targets.current()
+
+
+def to_tensor_core_dtype(name: str, t, fp8: bool = False):
+    """``t`` as the dtype a ``tl.dot`` on this GPU takes (gpu_track.targets.dtype_policy): below sm_80 a bfloat16
+    tensor becomes float16 (fp32 accumulation either way; fp16 has more mantissa bits, so nothing is rounded, but
+    it holds only |x| <= 65504: a larger bf16 value is refused by name rather than turned into inf); with ``fp8``,
+    below sm_89 a float8_e4m3fn tensor becomes the 16-bit dtype (exact: e4m3's values all fit). Anything else, and
+    every tensor where no GPU target applies, is returned unchanged. The fallback is printed once per process."""
+    t_ = policy_target()
+    if t_ is None or not isinstance(t, torch.Tensor):
+        return t
+    from gpu_track import targets
+    pol = targets.dtype_policy(t_)
+    if t.dtype == torch.bfloat16 and pol["dot"] == "fp16":
+        if not _capturing() and t.numel():
+            big = t.detach().abs().amax().float().item()
+            check(not big > FP16_MAX, f"{name}: on {t_.name} (sm_{t_.sm}, no bf16 tensor cores) bfloat16 inputs are "
+                                      f"computed in float16, which holds |x| <= 65504; got max |{name}| = {big:.4g} "
+                                      f"(scale it, or pass float32)")
+        targets.announce(t_)
+        return t.to(torch.float16)
+    if fp8 and t.dtype == torch.float8_e4m3fn and not pol["fp8"]:
+        targets.announce(t_)
+        return t.to(torch.float16 if pol["dot"] == "fp16" else torch.bfloat16)
+    return t
+
+
+def on_tensor_cores(*names: str):
+    """Decorator for a wrapper whose ``names`` arguments feed a ``tl.dot``: they get this GPU's dtype
+    (:func:`to_tensor_core_dtype`) before the wrapper runs, and a float16 tensor it returns is handed back as
+    bfloat16 when a bfloat16 input was cast (the caller gets the dtype it passed)."""
+    import functools
+    import inspect
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if policy_target() is None:
+                return fn(*args, **kwargs)
+            bound = sig.bind_partial(*args, **kwargs)
+            cast_bf16 = False
+            for n in names:
+                if n in bound.arguments:
+                    v = bound.arguments[n]
+                    new = to_tensor_core_dtype(n, v)
+                    cast_bf16 |= new is not v and isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16
+                    bound.arguments[n] = new
+            out = fn(*bound.args, **bound.kwargs)
+            if not cast_bf16:
+                return out
+            back = (lambda o: o.to(torch.bfloat16) if isinstance(o, torch.Tensor) and o.dtype == torch.float16 else o)
+            return tuple(back(o) for o in out) if isinstance(out, tuple) else back(out)
+        return run
+    return wrap

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from gpu_track.common import (TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands, check_int,
                               check_scale, check_sink, check_tile, dot_precision, fold_scale, pow2, split_chunk,
-                              topk_stable)
+                              topk_stable, on_tensor_cores)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -97,6 +97,7 @@ def check_fa_decode_args(q, k, v, window, scale, sink, block_s, nsplit):
         check_int("nsplit", nsplit)
 
 
+@on_tensor_cores("q", "k", "v")
 def fa_decode(q, k, v, window, scale=None, sink=None, block_s: int = 64, nsplit: int | None = None,
               num_warps: int = 4):
     """Attention output and group scores. q: (B, Hq, d) at position S-1; k: (B, S, Hkv, d); v: (B, S, Hkv, dv);

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from gpu_track.common import (FLOAT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_finite,
                               check_int, check_tensor, check_tile, dot_precision, pow2, query_positions, split_chunk,
-                              topk_stable)
+                              topk_stable, on_tensor_cores, to_tensor_core_dtype)
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -144,6 +144,7 @@ def default_block_t(T: int, Hi: int) -> int:
     return max(1, min(pow2(T, 1), 128 // bh)) if T > 1 else max(1, 16 // bh)
 
 
+@on_tensor_cores("q", "k")
 def indexer_scores(q, w, k, q_pos=None, block_s: int = 64, block_t: int | None = None, num_warps: int = 4,
                    num_stages: int = 2, k_scale=None, variant: str | None = None, span: int | None = None):
     """Scores only (the pass the benchmark times). q: (B, T, Hi, di); w: (B, T, Hi); k: (B, S, di);
@@ -157,6 +158,8 @@ def indexer_scores(q, w, k, q_pos=None, block_s: int = 64, block_t: int | None =
     of the streamed form (default: enough programs for ~4 per SM of an H200).
     """
     check_indexer_args(q, w, k, block_s, block_t, k_scale, variant, span)
+    if k_scale is not None:       # no FP8 tensor cores below sm_89: the exact 16-bit copy of the e4m3 values
+        q, k = to_tensor_core_dtype("q", q, fp8=True), to_tensor_core_dtype("k", k, fp8=True)
     block_s = int(block_s)
     block_t, span = (None if a is None else int(a) for a in (block_t, span))
     B, T, Hi, di = q.shape

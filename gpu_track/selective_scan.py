@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from gpu_track.common import (acc_dtype, acc_torch_dtype, alloc, check, check_grid, check_index_space, check_tensor,
-                              check_tile, pow2, scan_combine)
+                              check_tile, pow2, scan_combine, on_tensor_cores)
 
 
 @triton.jit
@@ -213,6 +213,7 @@ def check_selective_scan_args(x, dt, A, B, C, D, h0, chunk, block_d, variant, la
     check_grid("block_d", (Bt, triton.cdiv(Dm, block_d), 1))
 
 
+@on_tensor_cores("x", "dt", "B", "C")
 def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: int = 16, num_warps: int = 4,
                    out_dtype=None, variant: str = "chunked", lanes_d: int = 8):
     """x, dt: (Bt, L, Dm); A: (Dm, N); B, C: (Bt, L, N); D: (Dm,); h0: (Bt, Dm, N).
@@ -246,6 +247,7 @@ def selective_scan(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: in
     return y, h_last
 
 
+@on_tensor_cores("x", "dt", "B", "C")
 def selective_scan_unfused(x, dt, A, B, C, D=None, h0=None, chunk: int = 16, block_d: int = 16, num_warps: int = 4,
                            out_dtype=None):
     """The unfused form of ``selective_scan`` (chunked variant), Lecture 10 §2.3's baseline: first materialize the
@@ -295,6 +297,7 @@ def check_selective_scan_step_args(x, dt, A, B, C, D, h, block_d):
     check_grid("block_d", (Bt, triton.cdiv(Dm, block_d), 1))
 
 
+@on_tensor_cores("x", "dt", "B", "C")
 def selective_scan_step(x, dt, A, B, C, D, h, block_d: int = 32, num_warps: int = 4):
     """One decode step. x, dt: (Bt, Dm); A: (Dm, N); B, C: (Bt, N); D: (Dm,) or None; h: (Bt, Dm, N).
 

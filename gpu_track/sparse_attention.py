@@ -14,7 +14,7 @@ import triton.language as tl
 
 from gpu_track.common import (INT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check_gqa_operands,
                               check_int, check_no_repeats, check_range, check_scale, check_sink, check_tensor,
-                              check_tile, dot_precision, fold_scale, pow2, split_chunk)
+                              check_tile, dot_precision, fold_scale, pow2, split_chunk, on_tensor_cores)
 from gpu_track.softmax import combine_splits, online_softmax_step
 
 
@@ -89,6 +89,7 @@ def check_sparse_attention_args(q, k, v, idx, scale, sink, block_k, nsplit):
         check_int("nsplit", nsplit)
 
 
+@on_tensor_cores("q", "k", "v")
 def sparse_attention(q, k, v, idx, scale=None, sink=None, block_k: int = 32, num_warps: int = 4,
                      num_stages: int = 2, nsplit: int | None = None):
     """Torch wrapper. q: (B, T, Hq, d); k: (B, S, Hkv, d); v: (B, S, Hkv, dv); idx: (B, T, Hkv, K) int in [-1, S),

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from gpu_track.common import (DOT_MIN, TILE_MAX, acc_dtype, acc_torch_dtype, alloc, check, check_grid,
-                              check_index_space, check_int, check_tensor, check_tile, dot_precision, pow2, scan_combine)
+                              check_index_space, check_int, check_tensor, check_tile, dot_precision, pow2, scan_combine, on_tensor_cores)
 
 
 @triton.jit
@@ -263,6 +263,7 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
         check_grid("x", (Bt, H, triton.cdiv(P, block_p)))
 
 
+@on_tensor_cores("x", "dt", "B", "C")
 def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int = 64, num_warps: int = 4,
                 out_dtype=None, num_stages: int = 2, two_pass: bool = False, block_n_states: int = 64,
                 states_dtype=None, pass_block: int = 512, pass_chunks: int = 8, heads_per_program: int = 8):

@@ -73,6 +73,9 @@ SKIP = {
     **{f"gpu_track.common.{n}": _LAUNCH for n in ("device", "pow2", "acc_torch_dtype", "acc_dtype", "dot_precision",
                                                   "fold_scale", "split_chunk", "alloc", "query_positions")},
     "gpu_track.common.scan_combine": "a @triton.jit combine function: callable only inside a kernel",
+    **{f"gpu_track.common.{n}": "the dtype policy's plumbing (tests/test_gpu_dtype_policy.py): it casts a wrapper's "
+                                "validated operands, it validates nothing of its own"
+       for n in ("policy_target", "to_tensor_core_dtype", "on_tensor_cores")},
     "gpu_track.softmax.online_softmax_step": "a @triton.jit device function: callable only inside a kernel",
     "gpu_track.softmax.combine_splits_kernel": "a Triton kernel: launched by softmax.combine_splits",
     "gpu_track.selective_scan.CHUNKED_SCAN_KERNEL": "the scan kernel itself, exposed for gpu_track.sass",

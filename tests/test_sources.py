@@ -152,10 +152,12 @@ CORRECTED = [
     ("05", "HySparse picks blocks for those reasons", "the notes give no motivation for HySparse's choice of blocks"),
     ("06", "write no cache", "each cross FA still builds its own KV"),
     ("06", "moves the cache by a tenth of a percent", "x1.0005 vs previous step"),
+    ("06", "a tenth of a percent", "the factor printed below is x1.0005, a 0.05% change"),
     ("06", None, "5.02x (against Hybrid SWA) is the paper's figure as the course syllabus restates it"),
     ("08", "twice the paper", "x the reported batch 4 (189.5)"),
     ("08", "nominal spec", "are *effective* host-to-device rates we assume"),
     ("08", None, "computed: H100 x16 nominal 63.0 GB/s per direction"),
+    ("08", None, "pinned-memory host-to-device copies typically reach roughly 75-90% of a link's nominal rate"),
 ]
 
 

@@ -23,6 +23,11 @@ inline JavaScript (``#3`` opens slide 3). No reveal.js and no CDN; but, as in re
 (and the browser's own print) lays every slide out as one 1280x720 page, which :func:`write_pdf` prints with
 headless Chromium. The Chinese of the bilingual headings ("2. The selective recurrence · 选择性递推") is in ``<span
 class="zh">``: a browser without a CJK font hides it (the English heading, not boxes).
+
+Presenting live instead: the ``lab`` extra installs ``jupyterlab-rise``, whose button in a notebook's toolbar (or
+``RISE:slideshow`` in the command palette) shows the notebook as a reveal.js slideshow from the same metadata, with
+live cells; the whole text of a cell is on its slide there (no lead / notes split) and the notes cells are the speaker
+notes (key ``s``). tests/e2e/test_rise.py opens one in headless Chromium.
 """
 from __future__ import annotations
 

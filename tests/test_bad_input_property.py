@@ -2085,11 +2085,13 @@ TABLE[f"{T_}.sparda.replay_layers"] = Entry(lambda r: dict(trace=Custom(
      "an_empty_layer": [[]], "bad_ids": [[np.array([-2])]], "float_ids": [[np.array([0.5])]]})))
 TABLE[f"{T_}.sparda.offload_rows"] = Entry(lambda r: dict(churn=Real(0.3), batch=Size(16), context=Size(131072)))
 allow(f"{T_}.sparda.offload_rows", "churn", "zero", "churn 0 = nothing new to copy (documented range [0, 1])")
-TABLE[f"{T_}.sparda.run_experiment"] = Entry(lambda r: dict(      # quick, one seed, k = 1, 4 sequences: seconds
+# quick, one seed, k = 1, 4 sequences: 2.5 s alone, 17 s measured on 2 cores shared with other test runs
+TABLE[f"{T_}.sparda.run_experiment"] = Entry(lambda r: dict(
     out=Custom(os.path.join(_tmpdir(), "sparda_run"), {"a_number": 3, "a_list": ["out"]}),
     seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),
     ks=Custom((1,), {"empty": (), "zero": (0,), "float": (1.5,)}), n_eval=Custom(4, {"too_few": 3, "a_string": "4"}),
-    command=Custom("bad-input test", {"a_number": 3}), quick=Custom(True, {"a_string": "yes", "a_number": 3})))
+    command=Custom("bad-input test", {"a_number": 3}), quick=Custom(True, {"a_string": "yes", "a_number": 3})),
+    timeout_s=60.0)
 
 
 def _json_file(text, name="not_a_summary"):
@@ -2851,6 +2853,50 @@ pending("hybrid_lab.serving.offload_sim.new_blocks", "resident", "duplicate",
 ROUND2_ALLOW[("hybrid_lab.trained.sparda.blocks_read", "block_idx", "duplicate")] = (
     "deduplicated (documented: the number of distinct blocks each query reads)",
     lambda res, bad: res.tolist() == [len(set(r[r >= 0].tolist())) for r in np.asarray(bad).reshape(-1, bad.shape[-1])])
+
+
+def _reads_a_repeated_block_once(res, bad):
+    """blocks_to_positions of a row with a repeated block: the positions of the selection without the repeat (it set
+    to -1), and no position twice in any row."""
+    from hybrid_lab.trained.sparda import blocks_to_positions
+    b = np.array(bad, np.int64)
+    for row in b:
+        for j in range(1, len(row)):
+            if row[j] >= 0 and row[j] in row[:j]:
+                row[j] = -1
+    rows = np.asarray(res).reshape(len(b), -1)
+    return np.array_equal(res, blocks_to_positions(b, len(b))) and all(
+        len(set(r[r >= 0].tolist())) == int((r >= 0).sum()) for r in rows)
+
+
+ROUND2_ALLOW[("hybrid_lab.trained.sparda.blocks_to_positions", "block_idx", "duplicate")] = (
+    "read once (documented: a block listed twice in a row, as the init block that is also the query's own, gives its "
+    "positions once; the repeat's slots are -1)", _reads_a_repeated_block_once)
+
+
+def _same_as_the_plain_int(name, arg):
+    """A check of a round-2 return: the call with the mutated argument as the plain int it holds gives the same
+    Batch (a one-element array for a size that is documented as an int or a list of ints to draw from)."""
+    def check(res, bad):
+        fn = resolve(name)
+        kw = {k: a.v for k, a in baseline(name, fn, TABLE[name]).items()}
+        kw[arg] = int(np.asarray(bad).reshape(-1)[0])
+        ref = call(fn, kw, TABLE[name].timeout_s)
+        return np.asarray(bad).size == 1 and all(np.array_equal(getattr(res, f), getattr(ref, f))
+                                                 for f in ("tokens", "targets", "kind", "dist"))
+    return check
+
+
+for _n in ("hybrid_lab.trained.tasks.mqar", "hybrid_lab.trained.tasks.make_task"):
+    ROUND2_ALLOW[(_n, "n_pairs", "one_element_array")] = (
+        "documented: n_pairs is an int or a list of ints each sequence draws from (a mixture); a one-element array "
+        "is the mixture of that one count, the same batch as the plain int", _same_as_the_plain_int(_n, "n_pairs"))
+pending("hybrid_lab.trained.tasks.*", ["batch", "seq_len"], "huge",
+        "cannot be fixed here: trained/tasks.py is a training source (ensemble.TRAINING_SOURCES) hashed into every "
+        "stored checkpoint's code_version, so a size check there fails tests/test_trained_checkpoints.py until the "
+        "checkpoints are retrained (GPU); numpy refuses the (batch, seq_len) allocation with its own ValueError "
+        "('array is too big', naming no argument): no silent number, no other exception. Callers outside the "
+        "training sources check the sizes they pass (report.*_probe_rows(n), dsa.finetune_sparse(batch))")
 ROUND2_ALLOW[("hybrid_lab.trained.tasks.Batch", "targets", "duplicate")] = (
     "targets are the token to predict at each position (-1: none asked, documented), not an index set: a token "
     "id may repeat; the Batch keeps them as given",
@@ -2911,7 +2957,36 @@ def _huge_size_calls():
             ("MiniHybrid.generate(n_new)", lambda: MiniHybrid(HybridConfig(dtype="float64")).generate(np.arange(3), H),
              "n_new"),
             ("NodeStore(rows)", lambda: NodeStore(H), "rows")]
+    out += _huge_trained_and_widget_calls()
     return out
+
+
+def _huge_trained_and_widget_calls():
+    """The same for hybrid_lab.trained / widgets (also out of CI's round 2): refused before any training step,
+    sequence or figure. trained.tasks' own batch / seq_len are PENDING (a hashed training source)."""
+    from hybrid_lab.models.hysparse2 import HySparse2Config
+    from hybrid_lab.trained import dsa, report, sparda
+    from hybrid_lab.widgets import basics, dsa_trained, hysparse as whs
+    H = HUGE_SIZE
+    m, toks = dense_stack_model(), needle_batch().tokens
+
+    def ft(**kw):
+        return lambda: dsa.finetune_sparse(m, _indexers(), **dict(dict(steps=1, k=4, batch=1), **kw))
+    return [("dsa.train_layer_indexers(steps)", lambda: dsa.train_layer_indexers(m, toks[:1], steps=H), "steps"),
+            ("dsa.train_layer_indexers(topk)", lambda: dsa.train_layer_indexers(m, toks[:1], steps=1, stage="sparse",
+                                                                                  topk=H), "topk"),
+            ("dsa.selection_masks(k)", lambda: dsa.selection_masks(m, toks, _indexers(), H), "k"),
+            ("dsa.rope_ablation(steps)", lambda: dsa.rope_ablation(m, toks[:1], toks, steps=H), "steps"),
+            ("dsa.finetune_sparse(steps)", ft(steps=H), "steps"), ("dsa.finetune_sparse(k)", ft(k=H), "k"),
+            ("dsa.finetune_sparse(batch)", ft(batch=H), "batch"),
+            ("sparda.train_forecast_head(steps)", lambda: sparda.train_forecast_head(m, toks, steps=H), "steps"),
+            ("sparda.position_reads(T)", lambda: sparda.position_reads(H, 1), "T"),
+            ("report.mqar_probe_rows(n)", lambda: report.mqar_probe_rows(n=H), "n"),
+            ("report.retrieval_probe_rows(n)", lambda: report.retrieval_probe_rows(n=H), "n"),
+            ("widgets.basics.lti_vs_selective(length)", lambda: basics.lti_vs_selective(H, [0]), "length"),
+            ("widgets.dsa_trained.plot_recall(seq_len)", lambda: dsa_trained.plot_recall(dsa_res(), 8, H), "seq_len"),
+            ("widgets.hysparse.compute_map(L)", lambda: whs.compute_map(HySparse2Config(), H), "L"),
+            ("widgets.hysparse.plot_compute_map(L)", lambda: whs.plot_compute_map(HySparse2Config(), H), "L")]
 
 
 @pytest.mark.parametrize("case", _huge_size_calls(), ids=lambda c: c[0])

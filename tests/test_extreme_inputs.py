@@ -413,3 +413,88 @@ def test_backend_environment_variable_ignores_case():
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, HYBRID_LAB_BACKEND=" TRITON "),
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "triton"
+
+
+# ------------------------------------------------------------------------------ hybrid_lab.trained and widgets
+def _dense_stack():
+    """A dense Stack (two full-attention layers, the tasks' vocabulary) as the trained dsa / sparda model."""
+    from hybrid_lab.models.stack import Stack, StackConfig
+    return Stack(StackConfig(vocab=256, d_model=8, layers=("attn", "attn"), n_heads_q=2, n_heads_kv=1, d_qk=4, d_v=4,
+                             d_ff=8, window=2, rope_dims_attn=2, rope_dims_swa=2, d_inner=8, d_state=4, head_dim=4,
+                             d_conv=2, chunk_size=2))
+
+
+def _sparda_selections(model, x, k):
+    from hybrid_lab.trained import sparda
+    heads = {f"W{i}": np.full((8, 1, 4), 0.1 * (i + 1)) for i in range(2)}
+    return {"infllm": lambda: sparda.block_selection(model, 1, x, "infllm", k),
+            "oracle": lambda: sparda.block_selection(model, 1, x, "oracle", k),
+            "fine teacher": lambda: sparda.block_selection(model, 1, x, "fine teacher", k),
+            "teacher_selection": lambda: sparda.teacher_selection(model, 1, x, k, "coarse"),
+            "forecast_selection": lambda: sparda.forecast_selection(model, 1, x, x, heads, k)}
+
+
+@pytest.mark.parametrize("k", [3, HUGE])
+def test_sparda_selectors_refuse_k_past_the_candidate_blocks_by_name(rng, k):
+    """T = 32 tokens are 4 blocks of 8: init + own block leave 2 candidates. k = 3 or 2**62 used to be refused by
+    infllm's select_blocks naming its own ``topk``, an argument none of these functions has."""
+    model, x = _dense_stack(), rng.standard_normal((32, 8))
+    for name, fn in _sparda_selections(model, x, k).items():
+        with pytest.raises(ValueError, match=r"^k must be <= the 2 candidate blocks of T=32 tokens"):
+            fn()
+    for name, fn in _sparda_selections(model, x, 2).items():       # k = 2 (every candidate) is valid
+        assert fn().shape == (32, 4), name
+
+
+def test_sparda_forecast_selection_takes_x_as_a_list(rng):
+    """x was read as ``x.shape`` before it became an array: a nested list raised AttributeError."""
+    from hybrid_lab.trained import sparda
+    model, x = _dense_stack(), rng.standard_normal((32, 8))
+    heads = {f"W{i}": np.full((8, 1, 4), 0.1 * (i + 1)) for i in range(2)}
+    want = sparda.forecast_selection(model, 1, x, x, heads, 1)
+    np.testing.assert_array_equal(sparda.forecast_selection(model, 1, x.tolist(), x.tolist(), heads, 1), want)
+
+
+def test_sparda_blocks_to_positions_reads_a_repeated_block_once():
+    """A block listed twice in a row (the init block that is also the query's own) used to give its positions twice
+    (sparse attention refuses a repeated position); now once, the repeat's slots -1, as blocks_read counts it."""
+    from hybrid_lab.trained import sparda
+    T = 24
+    t = np.arange(T)
+    idx = np.stack([np.zeros(T, np.int64), t // 8, np.full(T, 2)], 1)     # rows 0-7: block 0 twice; 16-23: block 2
+    pos = sparda.blocks_to_positions(idx, T)
+    for q in range(T):
+        got = pos[q, 0][pos[q, 0] >= 0].tolist()
+        assert len(got) == len(set(got)), q
+        assert set(got) == {p for b in set(idx[q].tolist()) for p in range(8 * b, 8 * b + 8) if p <= q}, q
+    once = idx.copy()
+    once[:8, 1] = once[16:, 2] = -1                                         # the same selections without the repeat
+    np.testing.assert_array_equal(pos, sparda.blocks_to_positions(once, T))
+
+
+@pytest.mark.parametrize("fn", ["mqar", "make_task"])
+def test_a_one_element_n_pairs_is_the_mixture_of_that_one_count(fn):
+    """n_pairs is an int or a list of counts each sequence draws from (documented): a one-element array is the
+    mixture of one count, the same batch as the plain int (trained/tasks.py is a hashed training source: allowed, not
+    refused, in the property table's ROUND2_ALLOW)."""
+    from hybrid_lab.trained import tasks
+    call = (lambda n: tasks.mqar(2, 32, n, 0)) if fn == "mqar" else (lambda n: tasks.make_task("mqar", 2, 32, 0,
+                                                                                                n_pairs=n))
+    a, b = call(np.array([4])), call(4)
+    for f in ("tokens", "targets", "kind", "dist"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_reuse_options_for_a_huge_old_request_lists_no_chunks():
+    """reuse_options listed every chunk boundary up to old_len (MemoryError at 2**62); the last boundary at or before
+    ``shared`` and old_len give the same reuse, for every size."""
+    from hybrid_lab.models.hybrid import reusable_prefix
+    from hybrid_lab.widgets import basics
+    for old_len in range(0, 40):
+        for shared in range(old_len + 1):
+            for cs in range(1, 42):
+                listed = reusable_prefix(shared, list(range(cs, old_len + 1, cs)) + [old_len])
+                assert basics.reuse_options(shared, old_len, cs)[f"chunk boundaries ({cs})"] == listed
+    assert basics.reuse_options(40, HUGE, 16) == {"final state only": 0, "chunk boundaries (16)": 32,
+                                                  "two-pass at the branch": 40, "pure Transformer (KV only)": 40}
+    assert basics.reuse_options(HUGE - 1, HUGE, 16)["chunk boundaries (16)"] == HUGE - 16

@@ -204,8 +204,10 @@ def train_layer_indexers(model, train_tokens, steps: int = 300, lr: float = 3e-3
         raise ValueError(f"stage must be 'dense' or 'sparse', got {stage!r}")
     if topk is not None or stage == "sparse":
         topk = checks.pos_int("topk", topk)
+        checks.output_size("topk (each query's top-k: T x topk per layer)", (toks.shape[1], topk))
     seed = checks.nonneg_int("seed", seed)
     L, D = model.cfg.n_layers, model.cfg.d_model
+    checks.output_size("steps (the loss history is steps x n_layers)", (steps, L))
     if indexers is None:
         indexers = [LightningIndexer(D, n_heads, d_index, seed=seed * 100 + i, rope_dims=rope_dims)
                     for i in range(L)]
@@ -238,6 +240,7 @@ def selection_masks(model, tokens, indexers: list, k: int) -> tuple:
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
     k = checks.pos_int("k", k)
     N, T = toks.shape
+    checks.output_size("k (each layer's selection is T x k)", (T, k))
     masks = np.zeros((N, model.cfg.n_layers, T, T), bool)
     caps = []
     pick = indexer_selector(indexers, k)
@@ -270,6 +273,9 @@ def finetune_sparse(model, indexers: list, steps: int = 100, k: int = 8, batch: 
     model = _dense_stack(model)
     indexers = copy.deepcopy(_indexer_list(indexers, model))
     steps, k, batch = checks.pos_int("steps", steps), checks.pos_int("k", k), checks.pos_int("batch", batch)
+    checks.output_size("steps (the loss history is steps x n_layers)", (steps, model.cfg.n_layers))
+    checks.output_size("batch (each step draws batch x 128 tokens)", (batch, 128))
+    checks.output_size("k (each layer's selection is 128 x k per sequence)", (128, k))
     lr, lr_indexer = checks.positive_number("lr", lr), checks.positive_number("lr_indexer", lr_indexer)
     seed = checks.nonneg_int("seed", seed)
     torch.manual_seed(seed)

@@ -505,6 +505,7 @@ def mqar_probe_rows(models=("dense",), seeds=None, n: int = 8, root=None) -> lis
 
     root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
     n = checks.pos_int("n", n)
+    checks.output_size("n (n held-out sequences of 128 tokens)", (n, 128))
     if seeds is not None and (isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__")):
         raise ValueError(f"seeds must be None or a list of training seeds, got {seeds!r}")
     b = tasks.mqar(n, 128, (2, 4, 8, 16, 32), seed=tasks.EVAL_SEED + 900)
@@ -536,6 +537,7 @@ def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2")
 
     root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
     n = checks.pos_int("n", n)
+    checks.output_size("n (n held-out sequences of 128 tokens)", (n, 128))
     b = tasks.needles(n, 128, (1, 2, 3, 4), seed=tasks.EVAL_SEED + 801)
     rows = []
     seed = checks.nonneg_int("seed", seed)

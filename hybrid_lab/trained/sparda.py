@@ -80,6 +80,17 @@ def _heads(params, model, kind):
             range(cfg.n_layers)}
 
 
+def _k_fits(k: int, T: int) -> int:
+    """k checked against the candidate blocks of T tokens: every selector here ends in ``infllm.select_blocks``, which
+    refuses a top-k larger than its candidates naming its own ``topk``; refused here naming ``k``, before selecting."""
+    nb = -(-T // BLOCK)
+    n_cand = max(nb - N_INIT - N_LOCAL, 0)
+    if k > n_cand:
+        raise ValueError(f"k must be <= the {n_cand} candidate blocks of T={T} tokens ({nb} blocks of {BLOCK} minus "
+                         f"{N_INIT} init and {N_LOCAL} local), got {k}")
+    return k
+
+
 def forecast_selection(model, i: int, x_src, x, params: dict, k: int) -> np.ndarray:
     """Layer i's blocks as the Forecast head picks them: (T, 2 + k) block ids, -1 padded.
     x_src: (T, D) the previous layer's normalized input (layer 0: its own), x: (T, D) layer i's (for its compressed
@@ -87,8 +98,10 @@ def forecast_selection(model, i: int, x_src, x, params: dict, k: int) -> np.ndar
     model = _model(model)
     params, k = _heads(params, model, "forecast"), checks.pos_int("k", k)
     x_src = checks.finite_array("x_src", x_src, 2, "(T, D)")
+    x = checks.finite_array("x", x, 2, f"(T, d_model={model.cfg.d_model})")     # an array (x.shape below)
     _, kk, _ = dsa.layer_qkv(model, i, x)
     T = len(kk)
+    _k_fits(k, T)
     if x_src.shape != x.shape:
         raise ValueError(f"x_src must have the shape of x {x.shape} (T, D), got {x_src.shape}")
     pos = np.arange(T)
@@ -123,6 +136,7 @@ def teacher_selection(model, i: int, x, k: int, teacher: str = "fine") -> np.nda
     k = checks.pos_int("k", k)
     sc = _teacher_scores(model, i, x, teacher)
     T = sc.shape[1]
+    _k_fits(k, T)
     pos = np.arange(T)
     vis = compressed_visible(pos, sc.shape[-1], WINDOW, STRIDE)[None, :, None, :]
     idx, _ = blocks_from_compressed(np.where(vis, sc, -np.inf), T, pos, k, BLOCK, WINDOW, STRIDE, N_INIT, N_LOCAL)
@@ -141,6 +155,7 @@ def block_selection(model, i: int, x, kind: str, k: int, x_src=None, params=None
         return teacher_selection(model, i, x, k, kind.split(" ")[0])
     q, kk, _ = dsa.layer_qkv(_model(model), i, x)
     T = len(q)
+    _k_fits(k, T)
     pos = np.arange(T)
     if kind == "infllm":
         idx = infllm_v2_select(q[None], kk[None], k, BLOCK, WINDOW, STRIDE, n_init=N_INIT, n_local=N_LOCAL,
@@ -151,7 +166,10 @@ def block_selection(model, i: int, x, kind: str, k: int, x_src=None, params=None
 
 
 def blocks_to_positions(block_idx, T: int) -> np.ndarray:
-    """(T, nb) block ids (-1 padded) -> (T, 1, nb * BLOCK) token positions <= each query, -1 padded."""
+    """(T, nb) block ids (-1 padded) -> (T, 1, nb * BLOCK) token positions <= each query, -1 padded.
+    A block listed twice in a row (the init block that is also the query's own) is read once: the repeat's slots are
+    -1, so no position appears twice (as :func:`blocks_read` counts it; sparse attention refuses a repeated
+    position)."""
     block_idx = checks.int_array("block_idx", block_idx, 2, "(T, nb)", lo=-1)
     T = checks.pos_int("T", T)
     if len(block_idx) != T:
@@ -160,8 +178,11 @@ def blocks_to_positions(block_idx, T: int) -> np.ndarray:
     if block_idx.size and block_idx.max() >= nb:
         raise ValueError(f"block_idx must hold block ids < {nb} (T={T} tokens in blocks of {BLOCK}) or -1, got "
                          f"{int(block_idx.max())}")
+    n = block_idx.shape[1]
+    repeat = ((block_idx[:, :, None] == block_idx[:, None, :]) & np.tri(n, n, -1, bool)[None]).any(-1)   # seen before
     tok = block_idx[:, :, None] * BLOCK + np.arange(BLOCK)[None, None, :]
-    tok = np.where((block_idx[:, :, None] >= 0) & (tok <= np.arange(T)[:, None, None]), tok, -1)
+    keep = (block_idx >= 0) & ~repeat
+    tok = np.where(keep[:, :, None] & (tok <= np.arange(T)[:, None, None]), tok, -1)
     return tok.reshape(T, 1, -1)
 
 
@@ -183,9 +204,8 @@ def position_reads(T: int, k: int) -> np.ndarray:
     past the first k + 1 blocks reads k + 2; earlier ones fewer. :func:`query_reads` counts a real selection."""
     T, k = checks.pos_int("T", T), checks.pos_int("k", k)
     nb = -(-T // BLOCK)
-    if k > nb - N_INIT - N_LOCAL:
-        raise ValueError(f"k must be <= the {nb - N_INIT - N_LOCAL} candidate blocks of T={T} tokens ({nb} blocks of "
-                         f"{BLOCK} minus {N_INIT} init and {N_LOCAL} local), got {k}")
+    checks.output_size(f"T (the selection scores T queries x T/{BLOCK} blocks)", (T, nb))
+    _k_fits(k, T)
     sel = select_blocks(np.zeros((1, T, 1, nb)), np.arange(T), k, BLOCK, N_INIT, N_LOCAL)
     return blocks_read(sel[0, :, 0, :])
 
@@ -326,6 +346,7 @@ def train_forecast_head(model, tokens, teacher: str = "fine", steps: int = 300, 
     """
     model = _model(model)
     steps, lr, seed = checks.pos_int("steps", steps), checks.positive_number("lr", lr), checks.nonneg_int("seed", seed)
+    checks.output_size("steps (one loss per step in the history)", (steps,))
     if setup is None:
         setup = forecast_setup(model, tokens, teacher, k)
     elif not isinstance(setup, fc.TrainSetup):

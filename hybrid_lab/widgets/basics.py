@@ -11,7 +11,7 @@ import numpy as np
 from hybrid_lab.core import checks
 from hybrid_lab.costs import ledger
 from hybrid_lab.costs.shape7b import GQA_7B, HYBRID_7B, TRANSFORMER_7B, check_layout
-from hybrid_lab.models.hybrid import reusable_prefix
+from hybrid_lab.models.hybrid import chunk_boundary, reusable_prefix
 from hybrid_lab.ops.ssm import survival
 from hybrid_lab.widgets.static import with_picture
 
@@ -165,6 +165,7 @@ def lti_vs_selective(length: int, content, dt: float = 0.5, A: float = -1.0):
     Returns (lti_fraction, selective_fraction).
     """
     length = checks.pos_int("length", length)
+    checks.output_size("length", (length,))
     dt, A = checks.nonneg_number("dt", dt), _decay_rate(A)
     mask = np.zeros(length, dtype=bool)
     mask[checks.int_array("content", list(content), ndim=1, shape_doc="(n,) positions", lo=0, hi=length)] = True
@@ -225,7 +226,10 @@ def reuse_options(shared: int, old_len: int, chunk_size: int):
     old_len = checks.nonneg_int("old_len", old_len)
     shared = checks.int_in("shared", shared, 0, old_len + 1)
     chunk_size = checks.pos_int("chunk_size", chunk_size)
-    chunks = list(range(chunk_size, old_len + 1, chunk_size)) + [old_len]
+    # the states at chunk_size, 2·chunk_size, ... <= old_len and at old_len: of those <= shared (<= old_len) the
+    # largest multiple is the last chunk boundary at or before shared, so the two positions give the same reuse as
+    # the whole list, without listing old_len / chunk_size positions
+    chunks = [chunk_boundary(shared, chunk_size), old_len]
     return {
         "final state only": reusable_prefix(shared, [old_len]),
         f"chunk boundaries ({chunk_size})": reusable_prefix(shared, chunks),

@@ -215,6 +215,7 @@ def plot_recall(res: dict, k: int = 8, seq_len: int = 128):
     seq_len = checks.pos_int("seq_len", seq_len)
     if seq_len < k:
         raise ValueError(f"seq_len must be >= k={k}, got {seq_len}")
+    checks.output_size("seq_len (the chance line averages over its seq_len - k + 1 queries)", (seq_len - k + 1,))
     pat = re.compile(rf"^recall@{k} (stage 1|stage 2|untrained) layer (\d+)$")
     layers = sorted({int(m[2]) for s in info["accuracy"] for m in [pat.match(s)] if m})
     if not layers:

@@ -83,6 +83,7 @@ def compute_map(cfg: HySparse2Config, L: int, early_exit: bool = True, cross_tai
     """
     cfg = _cfg(cfg)
     L = checks.pos_int("L", L)
+    checks.output_size("L (the map is n_layers x L)", (len(cfg.layers), L))
     R = checks.int_in("cross_tail", cross_tail, 1, L + 1) if cross_tail is not None else (1 if early_exit else L)
     out = np.zeros((len(cfg.layers), L), np.int64)
     for r, (name, kind) in enumerate(cfg.layers):

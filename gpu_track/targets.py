@@ -226,15 +226,18 @@ def hardware_rows(table: dict | None = None) -> list:
     bench's configs the chooser keeps (compiled ahead of time for that capability and fitting its shared memory and
     registers), and which test backs the row. Derived from :func:`dtype_policy` and :func:`configs`, not typed."""
     table = stored_table() if table is None else table
-    cands = candidates()
     rows = []
     for name in ("T4", "A10", "L4", "A100", "H200"):
         t = TARGETS[name]
         pol = dtype_policy(t)
-        kept = configs(t, table)
+        # read from the stored table alone (every candidate compiled for every capability), not from the bench's
+        # lists: notebook 09 prints this where neither torch nor Triton is installed
+        listed = {k: v for k, v in table["rows"].items() if pol["fp8"] or not k.endswith("_fp8")}
+        kept = {k: [c for c, r in v.items() if r.get(f"sm_{t.sm}") is not None and fits(r[f"sm_{t.sm}"], t)]
+                for k, v in listed.items()}
         n_kept = sum(len(v) for v in kept.values())
-        n_all = sum(len(v) for k, v in cands.items() if pol["fp8"] or not k.endswith("_fp8"))
-        cut = sorted(k for k in kept if len(kept[k]) < len(cands[k]))
+        n_all = sum(len(v) for v in listed.values())
+        cut = sorted(k for k in kept if len(kept[k]) < len(listed[k]))
         rows.append({
             "gpu": SHOWN[name], "sm": f"sm_{t.sm}", "where": WHERE[name],
             "smem_KiB": t.smem_per_block // 1024,
@@ -242,6 +245,7 @@ def hardware_rows(table: dict | None = None) -> list:
                     else "bf16 or fp16, fp32 accumulation"),
             "fp8": "FP8 e4m3" if pol["fp8"] else f"no FP8: the {pol['dot']} path",
             "configs": f"{n_kept} of {n_all}" + (f" (fewer for {', '.join(cut)})" if cut else ""),
+            "dot_dtype": pol["dot"], "fp8_runs": pol["fp8"], "kept": n_kept, "listed": n_all, "cut": cut,
             "native": "tested natively (kernels, sanitizer, every notebook)" if name == "H200"
                       else "compiled ahead of time, not run on one",
             "tests": "tests/test_gpu_targets.py" + (", tests/test_gpu_kernels.py, tests/test_gpu_sanitizer.py"

@@ -184,3 +184,14 @@ def test_bench_sweeps_only_what_the_gpu_fits(monkeypatch):
     monkeypatch.setattr(bench, "TARGET", targets.target("H200"))
     assert bench.fitting("lightning_indexer_fp8", bench.INDEXER_CANDIDATES["fp8"]) == \
         list(bench.INDEXER_CANDIDATES["fp8"])
+
+
+def test_hardware_rows_count_what_the_chooser_keeps():
+    """hardware_rows reads the stored table alone (no bench import: notebook 09 prints it without torch or Triton);
+    its counts are those of configs(), which the bench uses."""
+    cands = targets.candidates()
+    for r, name in zip(targets.hardware_rows(), ("T4", "A10", "L4", "A100", "H200")):
+        kept = targets.configs(name)
+        fp8 = targets.dtype_policy(name)["fp8"]
+        n_all = sum(len(v) for k, v in cands.items() if fp8 or not k.endswith("_fp8"))
+        assert r["configs"].split(" (")[0] == f"{sum(len(v) for v in kept.values())} of {n_all}", name

@@ -27,7 +27,8 @@ import pytest
 from hybrid_lab.course import cli
 from hybrid_lab.course import pipeline as course
 from hybrid_lab.course import site
-from tests.e2e.test_browser_e2e import CHROMIUM_ARGS, IN_CI, SHOTS, ensure_chromium, import_playwright
+from tests.e2e.test_browser_e2e import CHROMIUM_ARGS, IN_CI, SHOTS, ensure_chromium
+from tests.e2e.test_decks import browser, playwright  # noqa: F401  (the decks' module-scoped fixtures)
 
 ROOT = course.repo_root()
 LABS = {p.stem: p for p in sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))}
@@ -55,19 +56,6 @@ def built(tmp_path_factory):
     took = time.monotonic() - t0
     assert took < BUILD_LIMIT_S, f"the site took {took:.0f} s to build"
     return out
-
-
-@pytest.fixture(scope="module")
-def playwright():
-    with import_playwright()() as pw:
-        yield pw
-
-
-@pytest.fixture(scope="module")
-def browser(playwright):
-    b = playwright.chromium.launch(executable_path=ensure_chromium(), headless=True, args=CHROMIUM_ARGS)
-    yield b
-    b.close()
 
 
 class Offline:

@@ -52,6 +52,15 @@ def browser(playwright):
     b.close()
 
 
+def latin_only_browser(playwright, tmp_path):
+    """Chromium whose fontconfig knows only the DejaVu fonts (no CJK glyph), as on a bare Debian image."""
+    conf = tmp_path / "fonts.conf"
+    conf.write_text(f'<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
+                    f"  <dir>{LATIN_FONTS}</dir>\n  <cachedir>{tmp_path / 'fc-cache'}</cachedir>\n</fontconfig>\n")
+    return playwright.chromium.launch(executable_path=ensure_chromium(), headless=True, args=CHROMIUM_ARGS,
+                                      env={**os.environ, "FONTCONFIG_FILE": str(conf)})
+
+
 def pdf_pages(path: Path) -> int:
     try:
         from pypdf import PdfReader
@@ -158,11 +167,7 @@ def test_chinese_headings_show_with_a_cjk_font_and_hide_without(browser, playwri
     assert all(d == "inline" for h in bilingual for d in h["zh"]) and all(w > 20 for h in bilingual
                                                                           for w in h["zhWide"]), bilingual
     # the same deck where fontconfig knows only DejaVu (no CJK glyph): English headings, no boxes
-    conf = tmp_path / "fonts.conf"
-    conf.write_text(f'<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
-                    f"  <dir>{LATIN_FONTS}</dir>\n  <cachedir>{tmp_path / 'fc-cache'}</cachedir>\n</fontconfig>\n")
-    latin = playwright.chromium.launch(executable_path=ensure_chromium(), headless=True, args=CHROMIUM_ARGS,
-                                       env={**os.environ, "FONTCONFIG_FILE": str(conf)})
+    latin = latin_only_browser(playwright, tmp_path)
     try:
         heads, no_cjk = _headings(latin, deck)
     finally:

@@ -27,8 +27,8 @@ import pytest
 from hybrid_lab.course import cli
 from hybrid_lab.course import pipeline as course
 from hybrid_lab.course import site
-from tests.e2e.test_browser_e2e import CHROMIUM_ARGS, IN_CI, SHOTS, ensure_chromium
-from tests.e2e.test_decks import browser, playwright  # noqa: F401  (the decks' module-scoped fixtures)
+from tests.e2e.test_browser_e2e import IN_CI, SHOTS
+from tests.e2e.test_decks import browser, latin_only_browser, playwright  # noqa: F401  (the decks' fixtures)
 
 ROOT = course.repo_root()
 LABS = {p.stem: p for p in sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))}
@@ -186,11 +186,7 @@ def test_chinese_headings_show_with_a_cjk_font_and_go_without(built, playwright,
         o.close()
     if _cjk_font():
         assert CJK.search(got["h1"]) and not got["noCjk"], got["h1"]
-    conf = tmp_path / "fonts.conf"
-    conf.write_text(f'<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>\n'
-                    f"  <dir>{LATIN_FONTS}</dir>\n  <cachedir>{tmp_path / 'fc-cache'}</cachedir>\n</fontconfig>\n")
-    latin = playwright.chromium.launch(executable_path=ensure_chromium(), headless=True, args=CHROMIUM_ARGS,
-                                       env={**os.environ, "FONTCONFIG_FILE": str(conf)})
+    latin = latin_only_browser(playwright, tmp_path)
     try:
         o = Offline(latin)
         got = o.open(page).evaluate(JS_TEXTS)

@@ -19,6 +19,10 @@ with a tolerance that catches a 1e-3 relative error. It prints one verdict:
 * ``needs Triton``: the exercise is a Triton kernel and Triton is not installed here (macOS, Windows); nothing is
   run, it is worth 0 points here and is graded where Triton runs (Linux, Colab, the course hub).
 
+Every call's inputs are compared before and after it: a function that changes an array, list or dict it was given
+(``params[name] -= lr * g``, ``h *= decay``, ``preds.setdefault(...)``) fails that case, naming the input, unless
+the exercise's contract is to change it (:attr:`Exercise.mutates`).
+
 After a FAIL or a stub the *reference* is returned, so Run All goes on and every later cell prints what the
 reference prints. While the student's function runs, the library functions that solve the exercise are switched off
 (calling one fails the case with a message): an exercise cannot be passed by delegating to the library.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import re
 import secrets
 import sys
 import traceback
@@ -73,7 +78,13 @@ class Exercise:
     compare(got, want, case) -> str | None: a custom comparison (default: :func:`compare`, numbers to rtol / atol).
     preamble: the imports the exercise cell may rely on (the tests run the solution code with it).
     float_errors: run the student's function under ``np.errstate(over="raise", invalid="raise")``: an overflow or
-      an invalid operation fails the case (when avoiding it is the lesson, e.g. clamping before ``exp``).
+      an invalid operation fails the case (when avoiding it is the lesson, e.g. clamping before ``exp``; a Triton
+      kernel too, under Triton's interpreter, which computes with numpy; not on a GPU).
+    mutates: names of the inputs the exercise's contract lets the function change in place (06.2: "updating
+      ``cache`` in place and returning it is fine"). Every other array / list / dict input (and what it holds) is
+      compared before and after each call: a change fails the case (:func:`changed_input`).
+    inputs: names of a case's positional arguments, where they are not the function's parameters (an exercise with
+      its own ``run`` that passes them on in another order); default: the reference's parameter names.
     """
     id: str
     function: str
@@ -89,6 +100,8 @@ class Exercise:
     atol: float = 1e-9
     preamble: str = "import numpy as np"
     float_errors: bool = False
+    mutates: tuple = ()
+    inputs: tuple = ()
     needs: tuple = ()           # modules the exercise cannot run without ("triton"): missing -> "needs Triton"
 
 
@@ -327,6 +340,127 @@ def compare(ex: Exercise, got, want, case: Case) -> str | None:
     return compare_values(got, want, "the result", ex.axes.get("result", ()), ex.rtol, ex.atol)
 
 
+# ----------------------------------------------------------------------------------------------- inputs left unchanged
+def _scalar_equal(a, b) -> bool:
+    if a is b:
+        return True
+    try:
+        if bool(a == b):
+            return True
+    except Exception:                                     # an object whose == is not a truth value
+        return False
+    try:
+        return bool(np.isnan(a)) and bool(np.isnan(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def _index(idx) -> str:
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def input_change(before, after, path: str) -> str | None:
+    """None when the input ``after`` (as it is after the call) equals ``before`` (a deep copy of it from before the
+    call), else where it changed, in one phrase ("params['Wq'] at [0, 1, 0] was 0.31, now 0.28 (8 of 8 entries)").
+
+    Arrays (numpy, torch): shape, dtype and every entry (NaN equals NaN); dicts: keys and values; lists and tuples:
+    length and entries; numbers and strings inside them: equal. Other objects (a model, a cache, a tree) are not
+    compared: only the arrays, lists and dicts a function is handed."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor):
+            return f"{path} is now a {type(after).__name__}"
+        before, after = before.detach().cpu().numpy(), after.detach().cpu().numpy()
+    if isinstance(before, np.ndarray):
+        if not isinstance(after, np.ndarray):
+            return f"{path} is now a {type(after).__name__}"
+        if after.shape != before.shape:
+            return f"{path} now has shape {after.shape}, it had {before.shape}"
+        if after.dtype != before.dtype:
+            return f"{path} now has dtype {after.dtype}, it had {before.dtype}"
+        if before.dtype.kind == "O":
+            same = np.array([_scalar_equal(a, b) for a, b in zip(after.flat, before.flat)], bool).reshape(before.shape)
+        else:
+            with np.errstate(invalid="ignore"):
+                same = np.asarray(after == before)
+                if before.dtype.kind in "fc":
+                    same = same | (np.isnan(after) & np.isnan(before))
+        if same.all():
+            return None
+        bad = ~same
+        if before.ndim == 0:
+            return f"{path} was {_fmt(before.item())}, now {_fmt(after.item())}"
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        count = f" ({int(bad.sum())} of {bad.size} entries)" if bad.size > 1 else ""
+        return f"{path} at {_index(idx)} was {_fmt(before[idx])}, now {_fmt(after[idx])}{count}"
+    if isinstance(before, dict):
+        if not isinstance(after, dict):
+            return f"{path} is now a {type(after).__name__}"
+        gone = [k for k in before if k not in after]
+        if gone:
+            return f"{path} lost its key {gone[0]!r}"
+        added = [k for k in after if k not in before]
+        if added:
+            return f"{path} gained a key {added[0]!r}"
+        for k in before:
+            why = input_change(before[k], after[k], f"{path}[{k!r}]")
+            if why:
+                return why
+        return None
+    if isinstance(before, (list, tuple)):
+        if not isinstance(after, (list, tuple)):
+            return f"{path} is now a {type(after).__name__}"
+        if len(after) != len(before):
+            return f"{path} now has {len(after)} entries, it had {len(before)}"
+        for i, (b, a) in enumerate(zip(before, after)):
+            why = input_change(b, a, f"{path}[{i}]")
+            if why:
+                return why
+        return None
+    if isinstance(before, (set, frozenset)):
+        return None if before == after else f"{path} was {_fmt(before)}, now {_fmt(after)}"
+    if isinstance(before, (bool, int, float, complex, str, bytes, np.generic, type(None))):
+        return None if _scalar_equal(before, after) else f"{path} was {_fmt(before)}, now {_fmt(after)}"
+    return None                                            # an object: not compared
+
+
+def input_names(ex: Exercise) -> list:
+    """The names of a case's positional arguments: ``ex.inputs``, else the reference's parameters."""
+    if ex.inputs:
+        return list(ex.inputs)
+    ref = getattr(ex.reference, "fn", ex.reference)         # a @triton.jit kernel: its Python function
+    try:
+        params = inspect.signature(ref).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def changed_input(ex: Exercise, before: Case, after: Case) -> dict | None:
+    """The first input of the case that the call changed, {"input": its name, "where": what changed}, or None.
+    before: the case as drawn (untouched); after: the copy the function was handed. Inputs named in
+    ``ex.mutates`` are not compared."""
+    names = input_names(ex)
+    pairs = [(names[i] if i < len(names) else f"argument {i + 1}", b, a)
+             for i, (b, a) in enumerate(zip(before.args, after.args))]
+    pairs += [(k, before.kwargs[k], after.kwargs.get(k)) for k in before.kwargs]
+    for name, b, a in pairs:
+        if name in ex.mutates:
+            continue
+        where = input_change(b, a, name)
+        if where:
+            return {"input": name, "where": where}
+    return None
+
+
+def changed_message(ex: Exercise, changed: dict) -> str:
+    """'04.2: your function changed its input params (params['Wq'] at [0, 1, 0] was 0.31, now 0.28; params must be
+    left unchanged: ...)'."""
+    name = changed.get("input", "?")
+    return (f"{ex.id}: your function changed its input {name} ({changed.get('where', '')}; {name} must be left "
+            f"unchanged: build new arrays, or change a copy)")
+
+
 # ----------------------------------------------------------------------------------------------- the library switched off
 def _resolve(spec: str):
     """'pkg.mod:Class.attr' -> (owner object, attribute name, the callable)."""
@@ -459,11 +593,14 @@ def _student_line(exc: BaseException, fn) -> str:
     return f" (line {lines[-1]} of your cell)" if lines else ""
 
 
-def _run(ex: Exercise, fn, case: Case):
-    c = copy.deepcopy(case) if case.copy else case
+def _call(ex: Exercise, fn, c: Case):
     if ex.run is not None:
         return ex.run(fn, c)
     return fn(*c.args, **c.kwargs)
+
+
+def _run(ex: Exercise, fn, case: Case):
+    return _call(ex, fn, copy.deepcopy(case) if case.copy else case)
 
 
 def _label(cases) -> list[str]:
@@ -490,11 +627,20 @@ def run_student(ex: Exercise, fn, case: Case, globals_: dict | None = None) -> d
     of "stub" (the stub's NotImplementedError), "library" (a switched-off library function was called;
     "message"), "rule" (:class:`RuleBroken`: "message"), "interrupted" (stop button / timeout) or "raised" ("type", "what", "line": where in the cell). The
     grader adds "ended" ("why") for a case its sandboxed process did not finish (it died, or ran out of time).
-    ``SystemExit`` counts as raised: ``sys.exit()`` in an exercise is a wrong answer, not the end of the check."""
+    ``SystemExit`` counts as raised: ``sys.exit()`` in an exercise is a wrong answer, not the end of the check.
+    A result comes with "changed" ({"input", "where"}: :func:`changed_input`) when the call changed one of its inputs;
+    :func:`judge` fails that case."""
+    given = copy.deepcopy(case) if case.copy else case          # the function's own copy of the inputs
+    before = case if case.copy else copy.deepcopy(case)          # ... and what they were
     try:
         with library_switched_off(ex, globals_), np.errstate(**(
                 {"over": "raise", "invalid": "raise"} if ex.float_errors else {})):
-            return {"ok": True, "value": _run(ex, fn, case)}
+            value = _call(ex, fn, given)
+        out = {"ok": True, "value": value}
+        changed = changed_input(ex, before, given)
+        if changed:
+            out["changed"] = changed
+        return out
     except KeyboardInterrupt:                                      # the stop button, or the grader's cell timeout
         return {"ok": False, "kind": "interrupted"}
     except (Exception, SystemExit) as exc:                         # the student's code raised: a verdict, not a crash
@@ -505,8 +651,30 @@ def run_student(ex: Exercise, fn, case: Case, globals_: dict | None = None) -> d
             return {"ok": False, "kind": "rule", "message": str(exc)}
         if is_stub_error(exc):
             return {"ok": False, "kind": "stub"}
-        return {"ok": False, "kind": "raised", "type": type(exc).__name__,
-                "what": (str(exc).strip().splitlines() or [""])[0][:200], "line": _student_line(exc, fn)}
+        kind, what = type(exc).__name__, (str(exc).strip().splitlines() or [""])[0][:200]
+        fpe = _float_error(exc) if ex.float_errors else None
+        if fpe is not None:           # also from inside Triton's interpreter, which wraps it in its own error
+            kind, what = "FloatingPointError", f"{fpe} ({FLOAT_ERRORS_WHY})"
+        return {"ok": False, "kind": "raised", "type": kind, "what": what, "line": _student_line(exc, fn)}
+
+
+FLOAT_ERRORS_WHY = ("this check fails an overflow even when a mask hides the inf afterwards: keep exp's argument "
+                    "in range, e.g. clamp it before exp")
+
+
+def _float_error(exc: BaseException) -> str | None:
+    """The message of a FloatingPointError (np.errstate's) in ``exc``'s chain, or named in its text (Triton's
+    interpreter re-raises it as "InterpreterError: FloatingPointError('overflow encountered in exp')")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, FloatingPointError):
+            return (str(exc).strip().splitlines() or ["overflow"])[0][:200]
+        m = re.search(r"FloatingPointError\((['\"])(.*?)\1\)", str(exc))
+        if m:
+            return m.group(2)[:200]
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def judge(ex: Exercise, name: str, cases: list, outcomes, wants, seed: int) -> Verdict:
@@ -537,6 +705,8 @@ def judge(ex: Exercise, name: str, cases: list, outcomes, wants, seed: int) -> V
                                               f"{out.get('what', '')}{out.get('line', '')}"))
             continue
         problem = compare(ex, out["value"], wants[i], case)
+        if out.get("changed"):                                     # the inputs must come back as they were given
+            problem = changed_message(ex, out["changed"]) + (f"; and {problem}" if problem else "")
         if problem:
             failures.append((label, case, problem))
     if not failures:

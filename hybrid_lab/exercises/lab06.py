@@ -179,8 +179,11 @@ def _compare_decode(got, want, case):
     return None
 
 
+# mutates: the exercise says "updating ``cache`` in place and returning it is fine" (the case's arguments are
+# (model, cache, tokens): _run_decode feeds the tokens one by one)
 register(Exercise("06.2", "decode_step", decode_step_reference, _decode_cases, run=_run_decode,
-                  compare=_compare_decode, forbidden=DECODE_FORBIDDEN,
+                  compare=_compare_decode, forbidden=DECODE_FORBIDDEN, mutates=("cache",),
+                  inputs=("model", "cache", "tokens"),
                   preamble="import numpy as np\nfrom hybrid_lab.ops.fa_decode import fa_attention\n"
                            "from hybrid_lab.ops.sparse_attention import sparse_attention"))
 

@@ -11,7 +11,9 @@ For each exercise of a submission the grader (this module, in its own process):
 3. there, :mod:`hybrid_lab.exercises.worker` runs the student's exercise cells and their function on the cases and
    sends back each outcome as plain data (:mod:`hybrid_lab.core.codec`: no pickle);
 4. compares the outcomes with the reference's results here (:func:`hybrid_lab.exercises.framework.judge`, the same
-   comparison as the in-notebook check).
+   comparison as the in-notebook check); a case whose inputs the function changed (the worker compares them before
+   and after each call and says which) fails. That report comes from the student's process, like the results: code
+   that hid a change there could as well have left the input alone: hiding one gains nothing.
 
 Nothing the student's code does can change a verdict: patching ``check`` or numpy, writing a verdict file, exiting,
 forking, reading files: all of it happens in a process whose only output the grader reads is its function's results.

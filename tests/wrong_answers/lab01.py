@@ -8,6 +8,10 @@ WRONG = {
         ("input not scaled by Δ", "(dt_t * x_t)[:, None]", "x_t[:, None]"),
         ("delegation to the library", "    ### BEGIN SOLUTION",
          "    from hybrid_lab.ops import ssm\n    y, h = ssm.selective_scan_step(x_t[None], dt_t[None], A, B_t[None], C_t[None], D, h[None])\n    return y[0], h[0]"),
+        # right numbers: only the comparison of the inputs before and after the call fails it
+        ("state updated in place (the caller's h changes)",
+         "    h = np.exp(dt_t[:, None] * A) * h + (dt_t * x_t)[:, None] * B_t[None, :]\n",
+         "    h *= np.exp(dt_t[:, None] * A)\n    h += (dt_t * x_t)[:, None] * B_t[None, :]\n"),
     ],
     "01.2": [
         ("mask applied after exp (inf * 0 = nan for large Δ)",
@@ -29,5 +33,8 @@ WRONG = {
         ("h_end without the decay of the carried state", "h[hd] = np.exp(c[-1]) * h[hd] +", "h[hd] = h[hd] +"),
         ("last chunk dropped when L is not a multiple", "s1 = min(s0 + chunk_size, L)", "s1 = s0 + chunk_size\n        if s1 > L:\n            break"),
         ("uses the recurrent scan instead", "    ### BEGIN SOLUTION", "    return ssd_recurrent(x, dt, A, B, C, D)"),
+        # right numbers: the inf is masked away; only the check's overflow rule (float_errors, as 01.2) fails it
+        ("its own decay matrix without the clamp: exp overflows above the diagonal, np.tril hides the inf",
+         "Lm = decay_matrix(c)", "Lm = np.tril(np.exp(c[:, None] - c[None, :]))"),
     ],
 }

@@ -30,5 +30,8 @@ WRONG = {
         ("delegation to the library", "    ### BEGIN SOLUTION",
          "    from hybrid_lab.models.hybrid import reusable_prefix\n"
          "    return reusable_prefix(shared, state_positions) if hybrid else shared"),
+        ("the fallback 0 appended to the caller's state_positions (an input changed)",
+         "    ok = [p for p in state_positions if p <= shared]\n    return max(ok) if ok else 0",
+         "    state_positions.append(0)\n    return max(p for p in state_positions if p <= shared)"),
     ],
 }

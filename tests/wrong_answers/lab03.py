@@ -55,6 +55,9 @@ WRONG = {
         ("delegation to the library", "    def norm(x):",
          ("    from hybrid_lab.serving.eviction import eviction_scores\n"
          "    return eviction_scores(last_access, saved_flops, nbytes, alpha, now=now)\n    def norm(x):")),
+        ("0 bytes patched in the caller's nbytes array (np.asarray does not copy a float array)",
+         "eff = np.divide(saved_flops, nbytes, out=np.zeros_like(nbytes), where=nbytes > 0)",
+         "nbytes[nbytes == 0] = np.inf\n    eff = saved_flops / nbytes"),
     ],
     "03.3": [
         ("branch points (two or more children) not excluded", "cand = np.flatnonzero(tree.n_children <= 1)",

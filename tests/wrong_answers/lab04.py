@@ -15,6 +15,11 @@ WRONG = {
         ("no causal mask: the softmax runs over every key",
          "visible = np.arange(len(x_keys))[None, :] <= q_pos[:, None]",
          "visible = np.ones((len(x_queries), len(x_keys)), dtype=bool)"),
+        # right numbers (the step is computed before the update): only the comparison of the inputs before and
+        # after the call fails it ("params is left unchanged", says the exercise)
+        ("params updated in place and returned (params must be left unchanged)",
+         "new_params = {name: params[name] - lr * scale * g for name, g in grads.items()}",
+         "for name, g in grads.items():\n        params[name] -= lr * scale * g\n    new_params = params"),
         ("gradient not gated by the ReLU", "dz = dI[:, None, :] * w[:, :, None] * (z > 0)",
          "dz = dI[:, None, :] * w[:, :, None]"),
         ("ReLU'(0) = 1 instead of 0", "* (z > 0)", "* (z >= 0)"),

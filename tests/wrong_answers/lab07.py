@@ -5,7 +5,8 @@ WRONG = {
         ("the whole prompt prefilled before the first chunk is sent (no streaming)",
          "    cache = None\n    for c0 in range(0, len(tokens), chunk_size):\n"
          "        c1 = min(c0 + chunk_size, len(tokens))\n"
-         "        cache = model.prefill_self(tokens[c0:c1], cache)       # continue the caches: rows < c1 are final now\n",
+         "        # continue the caches: rows < c1 are final now\n"
+         "        cache = model.prefill_self(tokens[c0:c1], cache)\n",
          "    cache = model.prefill_self(tokens)\n    for c0 in range(0, len(tokens), chunk_size):\n"
          "        c1 = min(c0 + chunk_size, len(tokens))\n"),
         ("the SWA windows sent with every chunk", "            yield kv.v[c0:c1]\n",
@@ -47,5 +48,7 @@ WRONG = {
         ("delegation to the library", "    ### BEGIN SOLUTION",
          "    from hybrid_lab.serving.pd_timeline import critical_path\n"
          "    return critical_path(durations, preds, order, release)[:2]"),
+        ("tasks without predecessors filled into the caller's preds (setdefault changes an input)",
+         "[finish[p] for p in preds.get(n, [])]", "[finish[p] for p in preds.setdefault(n, [])]"),
     ],
 }

@@ -37,5 +37,8 @@ WRONG = {
          ("    from hybrid_lab.models import forecast as fc\n"
           "    loss, dz = fc.rest_bucket_kl(teacher, np.einsum('btgd,bngd->btgn', np.einsum('btD,Dgd->btgd', x, W), kc)"
           " * W.shape[2] ** -0.5, k, mask[None, :, None, :])")),
+        ("Adam's moments updated in place (the caller's m and v change)",
+         "    m = b1 * m + (1 - b1) * g_step\n    v = b2 * v + (1 - b2) * g_step * g_step\n",
+         "    m *= b1\n    m += (1 - b1) * g_step\n    v *= b2\n    v += (1 - b2) * g_step * g_step\n"),
     ],
 }

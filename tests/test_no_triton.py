@@ -4,6 +4,8 @@ A ``sitecustomize`` on PYTHONPATH puts a finder first on ``sys.meta_path`` that 
 it would); every process the test starts inherits it: the notebook's kernel and the grader. Notebook 09 (the
 student's lab) must run to the end, show the stored H200 results and say its Triton exercises need Triton; grading
 the solved lab reports those exercises as "needs Triton" (0 points, neither FAIL nor "not done yet").
+The same for torch (an Intel Mac: no torch wheels): notebook 07 must run to the end, say that its live two-process
+run needs torch, and still compute everything that needs only numpy; its exercises need no torch.
 Also here, with Triton: a Triton exercise passes only if the student's own kernel ran, and a kernel that crashes
 the interpreter is reported as a crash of that kernel.
 """
@@ -20,6 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "labs" / "09_gpu_track.ipynb"
+LAB_07 = ROOT / "labs" / "07_pd_disaggregation.ipynb"
+SOLVED_07 = ROOT / "solutions" / "07_pd_disaggregation.ipynb"
 SOLVED = ROOT / "solutions" / "09_gpu_track.ipynb"
 TRITON_IDS = ("09.1", "09.2", "09.3")
 
@@ -42,6 +46,12 @@ sys.meta_path.insert(0, _NotInstalled())
 '''
 
 
+PROBES = {"triton": "import gpu_track\ntry:\n    import triton\nexcept ImportError:\n"
+                    "    print('blocked', gpu_track.HAS_TRITON)",
+          "torch": "from hybrid_lab.serving import pd_workers\ntry:\n    import torch\nexcept ImportError:\n"
+                   "    print('blocked', pd_workers.HAS_TORCH)"}
+
+
 def _env(site: Path, blocked: tuple) -> dict:
     """The environment of a process (and of every process it starts) where ``blocked`` cannot be imported."""
     site.mkdir(parents=True, exist_ok=True)
@@ -50,8 +60,7 @@ def _env(site: Path, blocked: tuple) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
     env["HYBRID_LAB_GRADE_UNSAFE"] = "1"       # the blocker's folder is outside what the sandbox shows
     env["MPLBACKEND"] = "Agg"
-    probe = subprocess.run([sys.executable, "-c", "import gpu_track\ntry:\n    import triton\nexcept ImportError:\n"
-                            "    print('blocked', gpu_track.HAS_TRITON)"],
+    probe = subprocess.run([sys.executable, "-c", PROBES[blocked[0]]],
                            env=env, capture_output=True, text=True, timeout=120)
     assert probe.stdout.strip() == "blocked False", probe.stdout + probe.stderr
     return env
@@ -62,14 +71,13 @@ def no_triton_env(tmp_path_factory):
     return _env(tmp_path_factory.mktemp("no_triton_site"), ("triton",))
 
 
-# macOS arm64 / Windows: torch without Triton; an Intel Mac: neither (torch has no wheels there)
-@pytest.mark.parametrize("blocked", [("triton",), ("triton", "torch")], ids=["no triton", "no triton, no torch"])
-def test_lab_09_runs_to_the_end_without_triton(blocked, tmp_path):
-    env = _env(tmp_path / "site", blocked)
+def _run_lab(lab: Path, env: dict, tmp_path: Path) -> str:
+    """Run ``lab`` to the end (nbclient raises on the first cell that fails) with a last cell that prints which of
+    triton / torch got imported; returns every cell's printed text."""
     script = textwrap.dedent(f"""
         import json, sys
         import nbclient, nbformat
-        nb = nbformat.read({str(LAB)!r}, as_version=4)
+        nb = nbformat.read({str(lab)!r}, as_version=4)
         nb.cells.append(nbformat.v4.new_code_cell(
             "import sys; print('loaded:', sorted({{'triton', 'torch'}} & set(sys.modules)))"))
         nbclient.NotebookClient(nb, timeout=300, resources={{"metadata": {{"path": {str(tmp_path)!r}}}}}).execute()
@@ -81,8 +89,14 @@ def test_lab_09_runs_to_the_end_without_triton(blocked, tmp_path):
     """)
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                        timeout=600, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]        # nbclient raises on the first cell that fails
-    out = "\n".join(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return "\n".join(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+# macOS arm64 / Windows: torch without Triton; an Intel Mac: neither (torch has no wheels there)
+@pytest.mark.parametrize("blocked", [("triton",), ("triton", "torch")], ids=["no triton", "no triton, no torch"])
+def test_lab_09_runs_to_the_end_without_triton(blocked, tmp_path):
+    out = _run_lab(LAB, _env(tmp_path / "site", blocked), tmp_path)
     for ex in TRITON_IDS:
         assert f"Exercise {ex} needs Triton" in out, out[:3000]
     assert "machine: NVIDIA H200" in out and "computed ridge:" in out        # the stored H200 run, §5-§6
@@ -100,6 +114,30 @@ def test_grade_reports_needs_triton_for_the_solved_lab(no_triton_env, tmp_path):
     score = next(ln for ln in r.stdout.splitlines() if ln.startswith("score:"))
     assert "0/11 points" in score and "0 fail, 0 not done yet, 3 need Triton" in score, score
     assert "FAILED" not in score
+
+
+# an Intel Mac: no torch (and no Triton). Notebook 07's live run needs torch; §7-§9 and its exercises do not.
+def test_lab_07_runs_to_the_end_without_torch(tmp_path):
+    from hybrid_lab.serving.pd_workers import NEEDS_TORCH
+    out = _run_lab(LAB_07, _env(tmp_path / "site", ("torch", "triton")), tmp_path)
+    for what in ("the two-process hand-off (run_pd)", "measuring the bytes on the wire",
+                 "the measured timeline of the live run"):
+        assert f"{what} {NEEDS_TORCH}" in out, out[-3000:]
+    assert "request 0: D generated" not in out and "errors:" not in out      # the live run was not attempted
+    assert "installed on D: []" in out and "P.first_token ->" in out          # §2-§4: numpy
+    assert "4 cross KVs 20,480 B vs the source hidden 20,480 B" in out         # §7
+    assert "computed (ms): critical path 1327.2" in out                        # §9
+    for ex in ("07.1", "07.2", "07.3"):                                       # the stubs: the reference stands in
+        assert f"Exercise {ex} not done yet" in out, out[:3000]
+    assert "loaded: []" in out and "FAIL" not in out and "needs Triton" not in out, out[-500:]
+
+
+def test_grade_grades_every_lab_07_exercise_without_torch(tmp_path):
+    env = _env(tmp_path / "site", ("torch", "triton"))
+    r = subprocess.run([str(Path(sys.executable).with_name("hybrid-lab")), "grade", str(SOLVED_07), "--seed", "1"],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    score = next((ln for ln in r.stdout.splitlines() if ln.startswith("score:")), r.stdout + r.stderr[-2000:])
+    assert "9/9 points (3 pass, 0 fail, 0 not done yet)" in score, score        # no exercise of lab 07 needs torch
 
 
 # --------------------------------------------------------------------------------------------- with Triton

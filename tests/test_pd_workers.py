@@ -1,4 +1,6 @@
 """P and D workers: weight split, in-process hand-off, and real 2-process runs on torch.distributed (gloo)."""
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -9,6 +11,7 @@ from hybrid_lab.serving.pd_bundle import BundleError, PDBundle, bundle_bytes, en
 
 torch = pytest.importorskip("torch")
 from hybrid_lab.serving.pd_workers import DWorker, PWorker, TransferTimeout, reference_tokens, run_pd  # noqa: E402
+from hybrid_lab.serving import pd_workers  # noqa: E402
 
 CFG = HySparse2Config(self_swa_before=2, self_swa_after=2, cross_layers=8, group_size=4, d_model=16, window=2,
                       topk=4, swa_window=3)
@@ -148,6 +151,41 @@ def test_p_stalls_mid_transfer_d_times_out():
 
 def test_transfer_timeout_is_a_timeout_error():
     assert issubclass(TransferTimeout, TimeoutError)
+
+
+def test_needs_torch_says_why_it_is_missing_on_each_platform():
+    intel = pd_workers.torch_missing_reason("darwin", "x86_64")
+    assert intel.startswith("needs torch, which has no wheels for Intel Macs") and "Apple-silicon Mac" in intel
+    for system, machine in (("darwin", "arm64"), ("linux", "x86_64"), ("linux", "aarch64"), ("win32", "AMD64")):
+        other = pd_workers.torch_missing_reason(system, machine)      # torch installs there: no extra
+        assert other.startswith("needs torch, which is not installed here") and "gpu extra" in other, system
+    assert pd_workers.HAS_TORCH and pd_workers.NEEDS_TORCH == pd_workers.torch_missing_reason()
+
+
+def test_rendezvous_on_windows_uses_the_tcpstore_without_libuv(tmp_path):
+    """Windows builds of torch have no libuv TCPStore (torch 2.4-2.6 asked for it there by default and failed):
+    the URL says use_libuv=0 on Windows only. That store works: a one-rank gloo group with the Windows URL, here."""
+    port = pd_workers.free_port()
+    assert pd_workers._init_method(port, "linux") == pd_workers._init_method(port, "darwin") == \
+        f"tcp://127.0.0.1:{port}"
+    url = pd_workers._init_method(port, "win32")
+    assert url == f"tcp://127.0.0.1:{port}?use_libuv=0"
+    script = ("import datetime, torch, torch.distributed as dist\n"
+              f"dist.init_process_group('gloo', init_method={url!r}, rank=0, world_size=1, "
+              "timeout=datetime.timedelta(seconds=20))\n"
+              "t = torch.ones(3); dist.all_reduce(t); dist.destroy_process_group(); print('ok', t.tolist())")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.stdout.strip() == "ok [1.0, 1.0, 1.0]", r.stdout + r.stderr[-2000:]
+
+
+def test_run_pd_without_torch_raises_torch_missing(monkeypatch):
+    """Where torch is missing (notebook 07 on an Intel Mac, tests/test_no_triton.py) run_pd says so at once."""
+    monkeypatch.setattr(pd_workers, "HAS_TORCH", False)
+    with pytest.raises(pd_workers.TorchMissing, match="the two-process hand-off needs torch"):
+        run_pd(PROMPTS[:1], 2, CFG)
+    with pytest.raises(ValueError, match="n_new"):                       # the arguments are checked first
+        run_pd(PROMPTS[:1], 0, CFG)
+    assert issubclass(pd_workers.TorchMissing, ImportError)
 
 
 @pytest.mark.gpu

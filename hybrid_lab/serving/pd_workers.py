@@ -15,16 +15,22 @@ Cross-decoder (exact early exit).
 
 Transport: gloo on CPU (what CI runs), NCCL when two GPUs are present; point-to-point sends of plain tensors.
 Every receive waits at most ``timeout_s``: a P that dies or stalls mid-transfer makes D raise
-:class:`TransferTimeout` instead of hanging. torch is imported only inside the functions that need it.
+:class:`TransferTimeout` instead of hanging. torch is imported only inside the functions that need it: the
+workers, the bundle and :func:`reference_tokens` are numpy. Where torch is not installed (Intel Macs: torch >= 2.3
+has no macOS x86-64 wheels, so the install leaves it out) ``HAS_TORCH`` is False, :func:`run_pd` raises
+:class:`TorchMissing`, and notebook 07 prints ``NEEDS_TORCH`` in place of the live run and goes on.
 """
 from __future__ import annotations
 
 import datetime
 import hashlib
+import importlib.util
 import multiprocessing as mp
 import os
+import platform
 import queue
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,7 +42,8 @@ from hybrid_lab.models.hysparse2 import HySparse2, HySparse2Config
 from hybrid_lab.serving.pd_bundle import (BundleError, PDBundle, decode_header, encode_header, make_header,
                                           p_weight_names, verify_header, weights_hash, wire_plan)
 
-__all__ = ["TransferTimeout", "PWorker", "DWorker", "free_port", "run_pd", "reference_tokens", "FAULTS"]
+__all__ = ["TransferTimeout", "PWorker", "DWorker", "free_port", "run_pd", "reference_tokens", "FAULTS",
+           "HAS_TORCH", "NEEDS_TORCH", "TorchMissing", "torch_missing_reason"]
 
 FAULTS = ("die_after_chunk", "stall_after_chunk", "tamper_dtype", "tamper_length", "corrupt_payload")
 _STOP = 0          # a header length of 0 tells D there are no more requests
@@ -44,6 +51,37 @@ _STOP = 0          # a header length of 0 tells D there are no more requests
 
 class TransferTimeout(TimeoutError):
     """D gave up on a transfer: P died (connection lost) or sent nothing for ``timeout_s`` seconds."""
+
+
+# ------------------------------------------------------------------------------------------ torch, if installed
+class TorchMissing(ImportError):
+    """:func:`run_pd` was called where torch is not installed."""
+
+
+def _torch_found() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):      # a finder that refuses it, or a broken entry in sys.modules
+        return False
+
+
+def torch_missing_reason(system: str | None = None, machine: str | None = None) -> str:
+    """Why torch is missing on this platform (default: here), as a predicate: "needs torch, which ...".
+
+    An Intel Mac (``darwin``, x86-64) gets no torch from the install: torch >= 2.3 has no wheels there. Elsewhere
+    (Linux, Windows, Apple-silicon Macs) torch installs; if it is missing, the lab was installed without its extra.
+    """
+    system = sys.platform if system is None else system
+    machine = (platform.machine() if machine is None else machine).lower()
+    if system == "darwin" and machine in ("x86_64", "amd64", "i386"):
+        return ("needs torch, which has no wheels for Intel Macs (none since torch 2.3, so the install leaves it "
+                "out): run this part on Linux, Windows, an Apple-silicon Mac, Colab, or the course hub")
+    return ("needs torch, which is not installed here: install the lab with its gpu extra "
+            "(pip install -e \".[lab,gpu]\", see the README), or run this part on Colab or the course hub")
+
+
+HAS_TORCH = _torch_found()
+NEEDS_TORCH = torch_missing_reason()
 
 
 # ------------------------------------------------------------------------------------------------ the workers
@@ -225,11 +263,19 @@ class _Log:
 
 
 # ----------------------------------------------------------------------------------------- the two processes
+def _init_method(port: int, system: str | None = None) -> str:
+    """The rendezvous: TCP on 127.0.0.1. On Windows (``system`` default: this one) the TCPStore without libuv,
+    which torch's Windows builds lack: torch 2.4-2.6 asked for libuv by default there and failed
+    (pytorch/pytorch#139990); later versions default to this."""
+    url = f"tcp://127.0.0.1:{port}"
+    return url + "?use_libuv=0" if (sys.platform if system is None else system) == "win32" else url
+
+
 def _init(rank, port, backend, timeout_s):
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)              # two workers share the host's cores
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+    dist.init_process_group(backend, init_method=_init_method(port), rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=max(timeout_s, 5.0)))
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -413,7 +459,8 @@ def run_pd(prompts, n_new: int, cfg=None, backend: str = "gloo", chunk_size: int
     faults: {request index: one of FAULTS}; ``"die_after_chunk:1"`` / ``"stall_after_chunk:1"`` take a chunk index.
     p_cfg: a different config for P (e.g. another seed: D must refuse its bundles). Returns
     {'P': report, 'D': report} (tokens / refused / bytes / installed / events / error per role). Both processes
-    are always joined or killed before returning.
+    are always joined or killed before returning. Raises :class:`TorchMissing` where torch is not installed
+    (``HAS_TORCH`` False), after checking the arguments.
     """
     cfg = HySparse2Config() if cfg is None else cfg
     for name, c in (("cfg", cfg), ("p_cfg", p_cfg if p_cfg is not None else cfg)):
@@ -435,6 +482,8 @@ def run_pd(prompts, n_new: int, cfg=None, backend: str = "gloo", chunk_size: int
         if kind not in FAULTS or with_chunk != chunk.isdigit() or (not with_chunk and chunk):
             raise ValueError(f"faults[{req}] must be one of {FAULTS} ('die_after_chunk:<chunk index>', "
                              f"'stall_after_chunk:<chunk index>'), got {f!r}")
+    if not HAS_TORCH:
+        raise TorchMissing(f"run_pd: the two-process hand-off {NEEDS_TORCH}")
     spec = {"backend": backend, "prompts": prompts, "n_new": n_new, "cfg": cfg, "p_cfg": p_cfg or cfg,
             "chunk_size": chunk_size, "timeout_s": float(timeout_s), "faults": faults, "max_len": max_len}
     ctx = mp.get_context("spawn")

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-from gpu_track import block_sparse, fa_decode_topk, lightning_indexer, selective_scan, sparse_attention, ssd, targets
+from gpu_track import block_sparse, devices, fa_decode_topk, lightning_indexer, selective_scan, sparse_attention, ssd
 
 BF16 = torch.bfloat16
 DEV = "cuda"
@@ -39,17 +39,23 @@ QUICK = False
 DRY = False   # --dry-cpu: tiny shapes on CPU under the interpreter, to test this script without a GPU
 
 
-TARGET = None  # the GPU's targets.Target (HYBRID_LAB_GPU_TARGET forces one): which configs and dtypes it may take
+TARGET = None  # the GPU's devices.Target (HYBRID_LAB_GPU_TARGET forces one): which configs and dtypes it may take
 
 
 def fitting(kernel: str, cands: list, width: int | None = None) -> list:
-    """The candidates this GPU may run (targets.configs: compiled for its capability, fitting its shared memory
-    and registers), in the given order; all of them in the interpreter or where the table knows no GPU. ``width``:
-    compare only a candidate's first entries (the sparse-attention sweep appends a launch size)."""
+    """The candidates this GPU may run (as gpu_track.targets.configs: compiled for its capability in the stored
+    table, fitting its shared memory and registers; no FP8 below sm_89), in the given order; all of them in the
+    interpreter. ``width``: match only a candidate's first entries (the sparse-attention sweep adds a launch size)."""
     if TARGET is None:
         return list(cands)
-    keep = targets.configs(TARGET).get(kernel, [])
-    return [c for c in cands if tuple(c[:width] if width else c) in {tuple(k) for k in keep}]
+    if kernel.endswith("_fp8") and not devices.dtype_policy(TARGET)["fp8"]:
+        return []
+    rows = devices.stored_table()["rows"].get(kernel, {})
+
+    def ok(c) -> bool:
+        row = rows.get(devices.config_key(tuple(c[:width]) if width else c), {}).get(f"sm_{TARGET.sm}")
+        return row is not None and devices.fits(row, TARGET)
+    return [c for c in cands if ok(c)]
 
 
 def save():
@@ -297,7 +303,7 @@ def indexer_rows():
     for B, S in shapes:
         q = torch.randn(B, 1, Hi, di, device=DEV, dtype=BF16)
         w = torch.rand(B, 1, Hi, device=DEV, dtype=BF16)
-        for form in ("bf16", "fp8") if TARGET is None or targets.dtype_policy(TARGET)["fp8"] else ("bf16",):
+        for form in ("bf16", "fp8") if TARGET is None or devices.dtype_policy(TARGET)["fp8"] else ("bf16",):
             nbytes = indexer_bytes(B, S, 1, Hi, di, 2 if form == "bf16" else 1)
             if form == "bf16":
                 ks = [torch.randn(B, S, di, device=DEV, dtype=BF16) for _ in range(n_copies(nbytes))]
@@ -843,13 +849,12 @@ def main(argv=None):
     if not torch.cuda.is_available() and not DRY:
         sys.exit("no CUDA GPU: the benchmark needs one (the interpreter measures nothing useful)")
     global TARGET, BF16
-    TARGET = None if DRY else targets.current()
+    TARGET = None if DRY else devices.current()
     if TARGET is not None:
-        BF16 = targets.tensor_core_dtype(torch.bfloat16, TARGET, fp8=True)     # fp16 on a T4; prints the fallback
+        BF16 = devices.tensor_core_dtype(torch.bfloat16, TARGET, fp8=True)     # fp16 on a T4; prints the fallback
     RESULT.update({"machine": torch.cuda.get_device_name() if not DRY else "cpu (dry run)",
                    "sms": torch.cuda.get_device_properties(0).multi_processor_count if not DRY else 0,
                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                   "target": None if TARGET is None else TARGET.name,
                    "target": None if TARGET is None else TARGET.name,
                    "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
                    # where it wrote is not part of what it measured: --out keeps the file name only

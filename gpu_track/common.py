@@ -262,12 +262,12 @@ FP16_MAX = 65504.0
 def policy_target():
     """The targets.Target whose dtype policy applies to this call (``HYBRID_LAB_GPU_TARGET`` or this GPU), or None
     (no GPU: the interpreter computes any dtype)."""
-    from gpu_track import targets
-    return targets.current()
+    from gpu_track import devices
+    return devices.current()
 
 
 def to_tensor_core_dtype(name: str, t, fp8: bool = False):
-    """``t`` as the dtype a ``tl.dot`` on this GPU takes (gpu_track.targets.dtype_policy): below sm_80 a bfloat16
+    """``t`` as the dtype a ``tl.dot`` on this GPU takes (gpu_track.devices.dtype_policy): below sm_80 a bfloat16
     tensor becomes float16 (fp32 accumulation either way; fp16 has more mantissa bits, so nothing is rounded, but
     it holds only |x| <= 65504: a larger bf16 value is refused by name rather than turned into inf); with ``fp8``,
     below sm_89 a float8_e4m3fn tensor becomes the 16-bit dtype (exact: e4m3's values all fit). Anything else, and
@@ -275,18 +275,18 @@ def to_tensor_core_dtype(name: str, t, fp8: bool = False):
     t_ = policy_target()
     if t_ is None or not isinstance(t, torch.Tensor):
         return t
-    from gpu_track import targets
-    pol = targets.dtype_policy(t_)
+    from gpu_track import devices
+    pol = devices.dtype_policy(t_)
     if t.dtype == torch.bfloat16 and pol["dot"] == "fp16":
         if not _capturing() and t.numel():
             big = t.detach().abs().amax().float().item()
             check(not big > FP16_MAX, f"{name}: on {t_.name} (sm_{t_.sm}, no bf16 tensor cores) bfloat16 inputs are "
                                       f"computed in float16, which holds |x| <= 65504; got max |{name}| = {big:.4g} "
                                       f"(scale it, or pass float32)")
-        targets.announce(t_)
+        devices.announce(t_)
         return t.to(torch.float16)
     if fp8 and t.dtype == torch.float8_e4m3fn and not pol["fp8"]:
-        targets.announce(t_)
+        devices.announce(t_)
         return t.to(torch.float16 if pol["dot"] == "fp16" else torch.bfloat16)
     return t
 

@@ -61,6 +61,8 @@ TOOLING = {
     "gpu_track.report": "reads and plots the stored benchmark results (no kernel; tests/test_gpu_report.py)",
     "gpu_track.sass": "compiles kernels ahead of time to count SASS instructions (needs the CUDA toolchain)",
     "gpu_track.targets": "which of the benchmark's kernel configs fit each student's GPU (tooling beside bench.py)",
+    "gpu_track.devices": "the student GPUs' facts and dtype policy, below targets (tests/test_gpu_targets.py, "
+                         "tests/test_gpu_dtype_policy.py)",
     "gpu_track.no_triton": "the stand-in for triton where it does not install (tests/test_no_triton.py)",
 }
 _CHECKS = "an argument check itself: every wrapper below calls it, so the wrappers' mutations exercise it"

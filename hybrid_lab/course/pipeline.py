@@ -97,7 +97,7 @@ def missing_grade_deps() -> list[str]:
     return [m for m in GRADE_DEPS if importlib.util.find_spec(m) is None]
 
 
-def _nbformat():
+def nbformat_module():
     try:
         import nbformat
     except ImportError:
@@ -116,7 +116,7 @@ def read_notebook(path):
         raise CourseError(f"{shown(path)} is a folder, not a notebook; name one notebook, e.g. {example_lab()}")
     if path.suffix != ".ipynb":
         raise CourseError(f"{shown(path)} is not a notebook (.ipynb); name a lab notebook, e.g. {example_lab()}")
-    nbf = _nbformat()
+    nbf = nbformat_module()
     try:
         with warnings.catch_warnings():  # nbformat's warnings on a hand-edited notebook (missing cell ids ...)
             warnings.simplefilter("ignore")
@@ -206,7 +206,7 @@ def make_lab(sol_nb):
         if k in exs:
             cell.source = stub_source(cell_source(cell), exs[k])
         elif k - 1 in exs and _CHECK_CALL.search(cell_source(cell)):
-            cell.outputs = [_nbformat().v4.new_output("stream", name="stdout", text=NOT_RUN_YET)]
+            cell.outputs = [nbformat_module().v4.new_output("stream", name="stdout", text=NOT_RUN_YET)]
             # The student's run prints a verdict, not this line: nbval compares nothing here (a tag, out of the
             # student's sight), and the cell keeps its execution count (nbval refuses an unrun cell with outputs).
             tags = cell.metadata.setdefault("tags", [])
@@ -266,7 +266,7 @@ def solution_path_for(lab: Path, number: str | None = None) -> Path:
 
 def dumps(nb) -> str:
     """The notebook as the pipeline writes it: nbformat's JSON plus a final newline."""
-    return _nbformat().writes(nb) + "\n"
+    return nbformat_module().writes(nb) + "\n"
 
 
 def build(paths=None, force: bool = False) -> list[Path]:
@@ -291,7 +291,7 @@ def build(paths=None, force: bool = False) -> list[Path]:
 def out_of_sync() -> list[str]:
     """What is wrong between solutions/ and labs/, one line each with the command that fixes it: a solution edited
     since it was last executed, a lab that differs from what ``build`` would write, a missing or orphaned lab."""
-    nbf, root, bad = _nbformat(), repo_root(), []
+    nbf, root, bad = nbformat_module(), repo_root(), []
     sols = sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))
     rel = lambda p: p.relative_to(root).as_posix()  # noqa: E731
     for sol in sols:
@@ -605,7 +605,7 @@ def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False, res
     from nbclient.exceptions import DeadKernelError
 
     nb = copy.deepcopy(nb)
-    nb.cells.append(_nbformat().v4.new_code_cell(_GRADING_KERNEL_SETUP))  # run first (see below), graded never
+    nb.cells.append(nbformat_module().v4.new_code_cell(_GRADING_KERNEL_SETUP))  # run first (see below), graded never
     setup = len(nb.cells) - 1
     errors = {}
     # the kernel sees the environment a student's JupyterLab has: no headless matplotlib backend
@@ -677,7 +677,7 @@ def run_cells(nb, cwd, timeout: int = 300, skip=(), sandboxed: bool = False, res
                 replay, code, todo = plan[0], plan[1], list(plan[2])
                 client, kernel = start()
                 if code:
-                    nb.cells.append(_nbformat().v4.new_code_cell(code))
+                    nb.cells.append(nbformat_module().v4.new_code_cell(code))
                     replay = list(replay) + [len(nb.cells) - 1]
                 try:
                     for j in replay:

@@ -120,7 +120,7 @@ def make_nbgrader(sol_nb):
     demonstration: a timeout in 01.3 failed 01.4 with a NameError)."""
     import copy
 
-    nbf = course._nbformat()
+    nbf = course.nbformat_module()
     nb = copy.deepcopy(sol_nb)
     exs = course.exercises(sol_nb)
     by_cell = {e.cell: e for e in exs}

@@ -165,7 +165,7 @@ def intro_page(readme: str, order) -> str:
 def write_book(src, root=None) -> list[tuple[str, str]]:
     """Write the book's source (config, table of contents, intro page, the site's copies of the labs) into ``src``;
     returns the order."""
-    nbformat = course._nbformat()
+    nbformat = course.nbformat_module()
     root = Path(root or course.repo_root())
     src = Path(src)
     src.mkdir(parents=True, exist_ok=True)

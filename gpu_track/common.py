@@ -266,13 +266,14 @@ def policy_target():
     return devices.current()
 
 
-def to_tensor_core_dtype(name: str, t, fp8: bool = False):
+def to_tensor_core_dtype(name: str, t, fp8: bool = False, target=None):
     """``t`` as the dtype a ``tl.dot`` on this GPU takes (gpu_track.devices.dtype_policy): below sm_80 a bfloat16
     tensor becomes float16 (fp32 accumulation either way; fp16 has more mantissa bits, so nothing is rounded, but
     it holds only |x| <= 65504: a larger bf16 value is refused by name rather than turned into inf); with ``fp8``,
     below sm_89 a float8_e4m3fn tensor becomes the 16-bit dtype (exact: e4m3's values all fit). Anything else, and
-    every tensor where no GPU target applies, is returned unchanged. The fallback is printed once per process."""
-    t_ = policy_target()
+    every tensor where no GPU target applies, is returned unchanged. The fallback is printed once per process.
+    ``target``: the caller's :func:`policy_target`, so a wrapper looks its GPU up once per call, not per operand."""
+    t_ = policy_target() if target is None else target
     if t_ is None or not isinstance(t, torch.Tensor):
         return t
     from gpu_track import devices
@@ -303,14 +304,15 @@ def on_tensor_cores(*names: str):
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if policy_target() is None:
+            gpu = policy_target()
+            if gpu is None:
                 return fn(*args, **kwargs)
             bound = sig.bind_partial(*args, **kwargs)
             cast_bf16 = False
             for n in names:
                 if n in bound.arguments:
                     v = bound.arguments[n]
-                    new = to_tensor_core_dtype(n, v)
+                    new = to_tensor_core_dtype(n, v, target=gpu)
                     cast_bf16 |= new is not v and isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16
                     bound.arguments[n] = new
             out = fn(*bound.args, **bound.kwargs)

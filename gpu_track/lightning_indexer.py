@@ -27,7 +27,7 @@ import triton.language as tl
 
 from gpu_track.common import (FLOAT_DTYPES, TARGET_PROGRAMS, acc_dtype, acc_torch_dtype, alloc, check, check_finite,
                               check_int, check_tensor, check_tile, dot_precision, pow2, query_positions, split_chunk,
-                              topk_stable, on_tensor_cores, to_tensor_core_dtype)
+                              topk_stable, on_tensor_cores, policy_target, to_tensor_core_dtype)
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -159,7 +159,8 @@ def indexer_scores(q, w, k, q_pos=None, block_s: int = 64, block_t: int | None =
     """
     check_indexer_args(q, w, k, block_s, block_t, k_scale, variant, span)
     if k_scale is not None:       # no FP8 tensor cores below sm_89: the exact 16-bit copy of the e4m3 values
-        q, k = to_tensor_core_dtype("q", q, fp8=True), to_tensor_core_dtype("k", k, fp8=True)
+        gpu = policy_target()
+        q, k = (to_tensor_core_dtype(n, t, fp8=True, target=gpu) for n, t in (("q", q), ("k", k)))
     block_s = int(block_s)
     block_t, span = (None if a is None else int(a) for a in (block_t, span))
     B, T, Hi, di = q.shape

@@ -1616,6 +1616,9 @@ SKIP[f"{S}.pd_workers.TransferTimeout"] = "an exception class"
 SKIP[f"{S}.pd_workers.run_pd"] = ("spawns two processes over torch.distributed (seconds per call; a signal-based time "
                                   "limit could orphan them): its bad inputs are tested in tests/test_pd_workers.py")
 SKIP[f"{S}.pd_workers.free_port"] = "no arguments (asks the OS for a free port)"
+SKIP[f"{S}.pd_workers.TorchMissing"] = "an exception class"
+SKIP[f"{S}.pd_workers.torch_missing_reason"] = ("takes platform names (sys.platform, platform.machine()); any other "
+                                                "name is a platform torch installs on (tests/test_pd_workers.py)")
 TABLE[f"{S}.pd_workers.PWorker"] = Entry(lambda r: dict(cfg=_cfg_cases(), weights=Custom(
     hs2_model().weights, {"missing_weight": lambda w: {k: v for k, v in list(w.items())[1:]}})))
 TABLE[f"{S}.pd_workers.DWorker"] = Entry(lambda r: dict(cfg=_cfg_cases(), weights=Custom(

@@ -944,6 +944,11 @@ TABLE[f"{M}.forecast.candidate_mask"] = Entry(lambda r: dict(q_pos=IntArr(FC_QPO
 TABLE[f"{M}.forecast.pool_fine_to_coarse"] = Entry(lambda r: dict(scores_f=Arr(N(r, 2, 255), free=(0,)),
                                                                    Nc=Count(15)))         # any number of rows
 allow(f"{M}.forecast.pool_fine_to_coarse", "scores_f", ["extra_axis", "missing_axis"], "scores_f is (..., Nf)")
+TABLE[f"{M}.forecast.pool_columns"] = Entry(lambda r: dict(
+    Nf=Custom(255, {"too_short": 254, "negative": -1, "float": 255.0, "a_string": "255"}), Nc=Count(15)))
+TABLE[f"{M}.forecast.pooled_forecast_logits"] = Entry(lambda r: dict(
+    x_src=Arr(N(r, 1, 2, 8), free=(1,)), W=N(r, 8, 1, 4), kf=Arr(N(r, 1, 255, 1, 4), free=(1,)), Nc=Count(15),
+    scale=Real(0.5)))
 TABLE[f"{M}.forecast.teacher_scores"] = Entry(
     lambda r: dict(q=Qh(N(r, 1, 2, 2, 8)), k=N(r, 1, 256, 1, 8), q_pos=IntArr(FC_QPOS.copy(), hi=256, lo=0),
                    kind=Choice("fine"), scale=Real(0.3)))
@@ -2050,12 +2055,12 @@ TABLE[f"{T_}.dsa.run_experiment"] = Entry(lambda r: dict(
 # --- trained.sparda (the same dense Stack: T = 32 tokens = 4 blocks of 8, so at most k = 2 top blocks)
 TABLE[f"{T_}.sparda.block_selection"] = Entry(lambda r: dict(model=_dense_stack_cases(), i=Index(1, hi=2),
                                                               x=Arr(N(r, 32, 8), free=(0,)), kind=Choice("oracle"),
-                                                              k=Size(1)))
+                                                              k=Size(1), keys=Choice("coarse")))
 TABLE[f"{T_}.sparda.blocks_to_positions"] = Entry(lambda r: dict(
     block_idx=IntArr(np.stack([np.zeros(32, np.int64), np.arange(32) // 8], 1), lo=-1, hi=4, free=(1,)),
     T=Custom(32, {"zero": 0, "negative": -1, "a_string": "32", "other_rows": 31})))
 TABLE[f"{T_}.sparda.block_selector"] = Entry(lambda r: dict(model=_dense_stack_cases(), kind=Choice("infllm"),
-                                                            k=Size(1)))
+                                                            k=Size(1), source=Choice("same"), keys=Choice("fine")))
 TABLE[f"{T_}.sparda.block_recall"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(), k=Size(1)))
 TABLE[f"{T_}.sparda.teacher_selection"] = Entry(lambda r: dict(model=_dense_stack_cases(), i=Index(1, hi=2),
                                                                 x=Arr(N(r, 32, 8), free=(0,)), k=Size(1),
@@ -2078,7 +2083,7 @@ TABLE[f"{T_}.sparda.query_reads"] = Entry(lambda r: dict(model=_dense_stack_case
 TABLE[f"{T_}.sparda.block_accuracy"] = Entry(lambda r: dict(
     model=_dense_stack_cases(),
     data=Custom(needle_batch(), {"not_a_batch": needle_batch().tokens, "a_string": "batch"}),
-    kind=Choice("forecast"), k=Size(1), params=_heads_cases_named()))
+    kind=Choice("forecast"), k=Size(1), params=_heads_cases_named(), source=Choice("same"), keys=Choice("fine")))
 SKIP[f"{T_}.sparda.reported_teacher_ablation"] = "no arguments: prints the paper's reported Table 6 (a constant)"
 TABLE[f"{T_}.sparda.decode_trace"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_1d(),
                                                           kind=Choice("infllm"), k=Size(1), start=Index(8, hi=32)))
@@ -2105,6 +2110,21 @@ def _json_file(text, name="not_a_summary"):
     return path
 
 
+def _bound_summary():
+    from hybrid_lab.trained import sparda
+    return sparda.load_bound_summary()
+
+
+def _sparda_summary():
+    from hybrid_lab.trained import sparda
+    return sparda.load_summary()
+
+
+def _sparda_summary_path():
+    from hybrid_lab.trained import store
+    return str(store.CHECKPOINTS / "sparda" / "summary.json")
+
+
 def _forecast_heads(d_model=8, n=2, d=4):
     """Forecast heads for the table's dense Stack (d_model 8, 1 KV head of width d_qk 4), one per layer."""
     return {f"W{i}": np.full((d_model, 1, d), 0.1 * (i + 1)) for i in range(n)}
@@ -2118,15 +2138,32 @@ def _heads_cases():
 
 TABLE[f"{T_}.sparda.hidden_states"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d()))
 TABLE[f"{T_}.sparda.forecast_setup"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
-                                                            teacher=Choice("fine"), k=Size(2)))
+                                                            teacher=Choice("fine"), k=Size(2), source=Choice("same"),
+                                                            keys=Choice("fine")))
 TABLE[f"{T_}.sparda.train_forecast_head"] = Entry(lambda r: dict(
     model=_dense_stack_cases(), tokens=_tokens_2d(), teacher=Choice("coarse"), steps=Size(1), lr=Real(1e-2),
-    k=Size(2), seed=Count(0), setup=Custom(None, {"a_number": 3, "a_dict": {}})))
+    k=Size(2), seed=Count(0), setup=Custom(None, {"a_number": 3, "a_dict": {}}),
+    batch=Custom(1, {"zero": 0, "more_than_the_sequences": 3, "float": 1.0, "a_string": "1"}),
+    held_out=Custom(None, {"a_number": 3, "a_dict": {}}), every=Count(1)))
 TABLE[f"{T_}.sparda.forecast_selection"] = Entry(lambda r: dict(
     model=_dense_stack_cases(), i=Index(1, hi=2), x_src=Arr(N(r, 32, 8), free=(0,)), x=Arr(N(r, 32, 8), free=(0,)),
-    params=_heads_cases(), k=Size(1)))
+    params=_heads_cases(), k=Size(1), keys=Choice("fine")))
 TABLE[f"{T_}.sparda.load_summary"] = Entry(lambda r: dict(path=Custom(None, {
     "missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]")})))
+TABLE[f"{T_}.sparda.load_bound_summary"] = Entry(lambda r: dict(path=Custom(None, {
+    "missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]"),
+    "the_other_summary": _sparda_summary_path()})))
+TABLE[f"{T_}.sparda.bound_rows"] = Entry(lambda r: dict(
+    summary=Custom(_bound_summary(), {"a_list": [1], "the_other_summary": _sparda_summary(), "empty": {}}),
+    k=Custom(4, {"not_stored": 3, "zero": 0, "float": 4.0, "a_string": "4"})))
+TABLE[f"{T_}.sparda.bound_table"] = Entry(lambda r: dict(
+    summary=Custom(_bound_summary(), {"a_list": [1], "the_other_summary": _sparda_summary(), "empty": {}})))
+TABLE[f"{T_}.sparda.run_bound_experiment"] = Entry(lambda r: dict(
+    out=Custom(os.path.join(_tmpdir(), "sparda_bound_run"), {"a_number": 3, "a_list": ["out"]}),
+    seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),
+    ks=Custom((1,), {"empty": (), "zero": (0,), "float": (1.5,)}), n_eval=Custom(16, {"too_few": 15, "a_string": "16"}),
+    command=Custom("bad-input test", {"a_number": 3}), quick=Custom(True, {"a_string": "yes", "a_number": 3})),
+    timeout_s=120.0)
 TABLE[f"{T_}.sparda.load_forecast_heads"] = Entry(lambda r: dict(
     seed=Custom(0, {"negative": -1, "not_stored": 7, "float": 0.5, "a_string": "0"}), teacher=Choice("fine"),
     path=Custom(None, {"missing": "/nonexistent/forecast_heads.npz", "a_number": 3})))

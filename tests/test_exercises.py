@@ -165,7 +165,7 @@ def test_untouched_lab_runs_to_the_end_in_under_a_minute(lab, tmp_path):
                                      on_notebook_start=lambda notebook: course.poll_in_slices(client.kc))
     client.execute()        # poll_in_slices: a missed zmq wake-up must not count as the notebook's time
     took = time.perf_counter() - t0
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
                      if o.get("output_type") == "stream")
     for e in course.exercises(nb):
         assert f"Exercise {e.id} not done yet" in text, f"{lab.name}: no 'not done yet' for {e.id}"

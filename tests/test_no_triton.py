@@ -73,7 +73,7 @@ def no_triton_env(tmp_path_factory):
 
 def _run_lab(lab: Path, env: dict, tmp_path: Path) -> str:
     """Run ``lab`` to the end (nbclient raises on the first cell that fails) with a last cell that prints which of
-    triton / torch got imported; returns every cell's printed text."""
+    triton / torch got imported; returns every cell's printed text, stream chunks joined as printed."""
     script = textwrap.dedent(f"""
         import json, sys
         import nbclient, nbformat
@@ -84,13 +84,16 @@ def _run_lab(lab: Path, env: dict, tmp_path: Path) -> str:
         text = []
         for c in nb.cells:
             for o in c.get("outputs", []):
-                text.append(o.get("text", "") or "".join(o.get("data", {{}}).get("text/plain", "")))
+                if o.get("output_type") == "stream":       # one print may arrive as several stream messages
+                    text.append(o.get("text", ""))
+                else:
+                    text.append("".join(o.get("data", {{}}).get("text/plain", "")) + "\\n")
         print(json.dumps(text))
     """)
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                        timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    return "\n".join(json.loads(r.stdout.strip().splitlines()[-1]))
+    return "".join(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
 # macOS arm64 / Windows: torch without Triton; an Intel Mac: neither (torch has no wheels there)

@@ -86,9 +86,12 @@ def test_forecast_loss_decreases_on_real_hidden_states(teacher):
     assert fc.forecast_loss_and_grad(params, held)[0] < fc.forecast_loss_and_grad(untrained, held)[0]
 
 
-def test_forecast_gradient_on_real_states_matches_finite_differences():
+@pytest.mark.parametrize("source,keys", [("previous", "coarse"), ("same", "coarse"), ("previous", "fine")])
+def test_forecast_gradient_on_real_states_matches_finite_differences(source, keys):
+    """The hand-written gradient of every head variant (a fine-key head's max passes its gradient to the window that
+    won; h is small enough that no max changes hands)."""
     model, _ = store.load_checkpoint(DENSE0, dtype="float64")
-    setup = sparda.forecast_setup(model, EV.tokens[:2], "fine")
+    setup = sparda.forecast_setup(model, EV.tokens[:2], "fine", source=source, keys=keys)
     rng = np.random.default_rng(3)
     params = {f"W{i}": 0.3 * rng.normal(size=(64, 1, 16)) for i in range(4)}
     _, grads = fc.forecast_loss_and_grad(params, setup)
@@ -119,6 +122,88 @@ def test_forecast_selector_reads_the_previous_layers_input():
     for i in range(4):
         want = sparda.forecast_selection(model, i, cap[max(i - 1, 0)]["x"], cap[i]["x"], heads, 2)
         np.testing.assert_array_equal(picked[i], sparda.blocks_to_positions(want, T))
+
+
+def test_head_variants_read_what_they_say():
+    """source "same" reads layer l's own input at every layer, "previous" layer l-1's (layer 0 its own); keys "fine"
+    holds (2, 1) keys and pools the logits onto the (8, 4) grid, the teacher and candidates unchanged."""
+    model, _ = store.load_checkpoint(DENSE0)
+    toks = EV.tokens[:2]
+    hs = sparda.hidden_states(model, toks)
+    prev = sparda.forecast_setup(model, toks, "fine")
+    same = sparda.forecast_setup(model, toks, "fine", source="same")
+    fine = sparda.forecast_setup(model, toks, "fine", keys="fine")
+    for i in range(4):
+        np.testing.assert_array_equal(same.x_src[i], hs["X"][i][:, prev.q_pos])
+        np.testing.assert_array_equal(prev.x_src[i], hs["X"][max(i - 1, 0)][:, prev.q_pos])
+        np.testing.assert_array_equal(fine.teacher[i], prev.teacher[i])
+        assert fine.kc[i].shape[1] == 127 and prev.kc[i].shape[1] == 31       # (2, 1) and (8, 4) windows of 128
+    assert "pool" in fine.extra and "pool" not in prev.extra
+    np.testing.assert_array_equal(fine.mask, prev.mask)
+    with pytest.raises(ValueError, match="source"):
+        sparda.forecast_setup(model, toks, "fine", source="next")
+    with pytest.raises(ValueError, match="keys"):
+        sparda.block_selector(model, "infllm", 2, keys="medium")
+
+
+def test_pooled_logits_are_the_max_of_the_fine_logits():
+    rng = np.random.default_rng(5)
+    x, W, kf = rng.normal(size=(2, 3, 8)), rng.normal(size=(8, 1, 4)), rng.normal(size=(2, 127, 1, 4))
+    zf = fc.forecast_logits(x, W, kf)
+    z, arg = fc.pooled_forecast_logits(x, W, kf, 31, sparda.FINE, (sparda.WINDOW, sparda.STRIDE))
+    np.testing.assert_allclose(z, fc.pool_fine_to_coarse(zf, 31, sparda.FINE, (sparda.WINDOW, sparda.STRIDE)))
+    np.testing.assert_array_equal(np.take_along_axis(zf, arg, -1), z)         # arg: where each max came from
+    cols = fc.pool_columns(127, 31, sparda.FINE, (sparda.WINDOW, sparda.STRIDE))
+    assert (cols[np.arange(31), 0] == 4 * np.arange(31)).all() and (arg >= 4 * np.arange(31)).all()
+    assert (arg <= 4 * np.arange(31) + 6).all()                               # 7 (2, 1) windows inside an (8, 4) one
+    with pytest.raises(ValueError, match="Nf"):
+        fc.pooled_forecast_logits(x, W, kf[:, :100], 31)
+
+
+def test_mini_batches_are_seeded_and_held_out_loss_is_logged():
+    model, _ = store.load_checkpoint(DENSE0)
+    tr = tasks.mix(8, 128, seed=60_000, n_local=4).tokens
+    setup, held = sparda.forecast_setup(model, tr, "fine"), sparda.forecast_setup(model, EV.tokens[:4], "fine")
+    a, la = sparda.train_forecast_head(model, tr, steps=6, seed=1, setup=setup, batch=2, held_out=held, every=4)
+    b, lb = sparda.train_forecast_head(model, tr, steps=6, seed=1, setup=setup, batch=2, held_out=held, every=4)
+    c, _ = sparda.train_forecast_head(model, tr, steps=6, seed=2, setup=setup, batch=2)
+    full, _ = sparda.train_forecast_head(model, tr, steps=6, seed=1, setup=setup)
+    assert all(np.array_equal(a[n], b[n]) for n in a) and np.array_equal(la["loss"], lb["loss"])
+    assert not np.array_equal(a["W1"], c["W1"]) and not np.array_equal(a["W1"], full["W1"])
+    assert la["held_step"] == [4, 6] and la["held_loss"][-1] == fc.forecast_loss_and_grad(a, held)[0]
+    with pytest.raises(ValueError, match="batch"):
+        sparda.train_forecast_head(model, tr, steps=1, setup=setup, batch=9)
+
+
+BOUND = sparda.load_bound_summary()
+
+
+def test_the_bound_experiments_recipe_row_is_the_sparda_experiments_head():
+    """The bound experiment's "SparDA recipe" head is trained as hybrid-lab train sparda trains its fine head (same
+    sequences, steps, seed): their stored accuracies on the same evaluation set agree, seed by seed."""
+    for s, r in BOUND["per_seed"].items():
+        for k in BOUND["ks"]:
+            for kind in ("needle", "local"):
+                assert r["final"][f"SparDA recipe k={k} {kind}"] == SUMMARY["per_seed"][s]["final"][
+                    f"forecast fine k={k} {kind}"], (s, k, kind)
+                for ref in ("infllm", "oracle"):
+                    assert r["final"][f"{ref} k={k} {kind}"] == SUMMARY["per_seed"][s]["final"][f"{ref} k={k} {kind}"]
+
+
+def test_bound_rows_print_the_stored_numbers():
+    rows = sparda.bound_rows(BOUND, 4)
+    assert [r[0] for r in rows] == [f"head: {v}" for v in sparda.BOUND_VARIANTS] + ["fine teacher", "infllm", "oracle"]
+    acc = BOUND["accuracy"]["fine keys k=4 needle"]
+    assert rows[3][2] == f"{acc['mean']:.2f} ± {acc['std']:.2f}"
+    with pytest.raises(ValueError, match="k"):
+        sparda.bound_rows(BOUND, 3)
+
+
+def test_the_bound_experiment_runs_quick(tmp_path):
+    """The command's quick mode (a smoke run: 16 sequences, 20 steps, one seed) writes a summary bound_rows reads."""
+    s = sparda.run_bound_experiment(tmp_path, seeds=(0,), ks=(2,), n_eval=16, quick=True)
+    assert json.loads((tmp_path / "sparda_bound" / "summary.json").read_text()) == s
+    assert len(sparda.bound_rows(s, 2)) == 7 and s["variants"]["converged"]["steps"] == 20
 
 
 def test_stored_forecast_heads_reproduce_their_accuracy():

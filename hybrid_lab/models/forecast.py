@@ -36,8 +36,8 @@ from hybrid_lab.ops.contracts import n_blocks
 from hybrid_lab.ops.sparse_attention import topk_indices
 
 __all__ = [
-    "rest_bucket_partition", "rest_bucket_kl", "teacher_topk", "candidate_mask", "pool_fine_to_coarse", "teacher_scores",
-    "forecast_logits", "init_params", "SyntheticModel", "SyntheticData", "TrainSetup", "make_setup", "forecast_loss_and_grad",
+    "rest_bucket_partition", "rest_bucket_kl", "teacher_topk", "candidate_mask", "pool_columns", "pool_fine_to_coarse",
+    "teacher_scores", "forecast_logits", "pooled_forecast_logits", "init_params", "SyntheticModel", "SyntheticData", "TrainSetup", "make_setup", "forecast_loss_and_grad",
     "train_step", "train_forecast", "oracle_blocks", "evaluate_selectors", "teacher_needle_hits", "PAPER_TEACHER_ABLATION",
     "COARSE", "FINE",
 ]
@@ -201,23 +201,15 @@ def candidate_mask(q_pos, Nc: int, block_size: int = 64, n_init: int = 1, n_loca
     return vis & (starts[None, :] >= n_init * block_size) & (ends[None, :] <= local_start[:, None])
 
 
-def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
-    """Max-pool fine-grid scores (..., Nf) onto the coarse grid (..., Nc).
-
-    Coarse position j takes the max over the fine windows contained in its token span
-    [j·s_c, j·s_c + l_c); with (2, 1) -> (32, 16) that is fine positions 16j .. 16j + 30. The fine grid must
-    reach the end of the last coarse window (a grid too short for ``Nc`` is refused, not pooled over fewer fine
-    windows); a longer one is fine (positions past the last coarse window are not read).
-    """
+def pool_columns(Nf: int, Nc: int, fine=FINE, coarse=COARSE) -> np.ndarray:
+    """(Nc, w) int: the fine positions inside each coarse window's token span [j·s_c, j·s_c + l_c), padded with
+    ``Nf`` (a column past the fine grid) where a coarse window holds fewer than w of them. Refuses a fine grid of
+    ``Nf`` positions too short for ``Nc`` coarse windows, and a ``fine`` window that does not fit in ``coarse``."""
     (lf, sf), (lc, sc) = _window("fine", fine), _window("coarse", coarse)
     if lf > lc:
         raise ValueError(f"the fine window {lf} must fit in the coarse window {lc}")
-    scores_f = checks.finite_array("scores_f", scores_f).astype(np.float64)
-    if scores_f.ndim < 1:
-        raise ValueError("scores_f must be an array (..., Nf), got a scalar")
-    Nc = checks.nonneg_int("Nc", Nc)
-    checks.output_size("Nc (the result is (..., Nc))", scores_f.shape[:-1] + (Nc,))
-    Nf = scores_f.shape[-1]
+    Nf, Nc = checks.nonneg_int("Nf", Nf), checks.nonneg_int("Nc", Nc)
+    checks.output_size("Nc (one row of fine positions per coarse window)", (Nc,))
     j = np.arange(Nc)
     lo = -(-(j * sc) // sf)
     hi = (j * sc + lc - lf) // sf                                    # the last fine window inside coarse window j
@@ -229,9 +221,27 @@ def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
         raise ValueError(f"fine={fine} leaves coarse window {bad} of coarse={coarse} without a fine window inside it")
     width = int(max(1, (hi - lo + 1).max(initial=1)))
     cols = lo[:, None] + np.arange(width)[None, :]
-    ok = cols <= hi[:, None]
+    return np.where(cols <= hi[:, None], cols, Nf)
+
+
+def pool_fine_to_coarse(scores_f, Nc: int, fine=FINE, coarse=COARSE):
+    """Max-pool fine-grid scores (..., Nf) onto the coarse grid (..., Nc).
+
+    Coarse position j takes the max over the fine windows contained in its token span
+    [j·s_c, j·s_c + l_c); with (2, 1) -> (32, 16) that is fine positions 16j .. 16j + 30. The fine grid must
+    reach the end of the last coarse window (a grid too short for ``Nc`` is refused, not pooled over fewer fine
+    windows); a longer one is fine (positions past the last coarse window are not read).
+    """
+    _window("fine", fine), _window("coarse", coarse)
+    scores_f = checks.finite_array("scores_f", scores_f).astype(np.float64)
+    if scores_f.ndim < 1:
+        raise ValueError("scores_f must be an array (..., Nf), got a scalar")
+    Nc = checks.nonneg_int("Nc", Nc)
+    checks.output_size("Nc (the result is (..., Nc))", scores_f.shape[:-1] + (Nc,))
+    Nf = scores_f.shape[-1]
+    cols = pool_columns(Nf, Nc, fine, coarse)
     padded = np.concatenate([scores_f, np.full(scores_f.shape[:-1] + (1,), -np.inf)], axis=-1)
-    return padded[..., np.where(ok, cols, Nf)].max(axis=-1)
+    return padded[..., cols].max(axis=-1)
 
 
 def teacher_scores(q, k, q_pos, kind: str = "fine", scale=None):
@@ -272,6 +282,24 @@ def forecast_logits(x_src, W, kc, scale=None):
     # plain einsum (no BLAS): these matrices are tiny and threaded BLAS thrashes on a busy 2-core machine
     f = np.einsum("btD,Dgd->btgd", x_src, W)
     return np.einsum("btgd,bngd->btgn", f, kc) * scale
+
+
+def pooled_forecast_logits(x_src, W, kf, Nc: int, fine=FINE, coarse=COARSE, scale=None):
+    """A Forecast head that scores FINE keys and max-pools its logits onto the coarse grid, as the fine teacher
+    pools its scores: z[b,t,g,j] = max over the fine windows i inside coarse window j of (x_src[b,t] @ W[:, g]) ·
+    kf[b,i,g] · scale. It reads Nf ≈ Nc·s_c/s_f keys per query instead of Nc (an index ~s_c/s_f times larger at
+    inference): the experiment that tells whether a head's shortfall is the coarse keys it scores.
+
+    x_src: (B, T, D); W: (D, Hkv, d); kf: (B, Nf, Hkv, d) keys compressed with ``fine``; Nc: the coarse grid's
+    length. Returns (z (B, T, Hkv, Nc), arg (B, T, Hkv, Nc) int: the fine position each max came from, first on ties),
+    arg routes the gradient of a max to the position that won.
+    """
+    kf = checks.finite_array("kf", kf, 4, "(B, Nf, Hkv, d)")
+    zf = forecast_logits(x_src, W, kf, scale)
+    cols = pool_columns(kf.shape[1], Nc, fine, coarse)                     # (Nc, w), padded with Nf
+    padded = np.concatenate([zf, np.full(zf.shape[:-1] + (1,), -np.inf)], axis=-1)[..., cols]   # (B, T, Hkv, Nc, w)
+    a = padded.argmax(axis=-1)
+    return np.take_along_axis(padded, a[..., None], -1)[..., 0], cols[np.arange(cols.shape[0]), a]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -409,7 +437,7 @@ class TrainSetup:
     sel: list            # (B, T, Hkv, k) per target layer: the teacher's top-k (frozen)
     q_pos: np.ndarray
     k: int
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)    # "kind": the teacher; "pool": (fine, coarse) for a fine-key student
 
 
 def make_setup(data: SyntheticData, kind: str = "fine", q_pos=None, k: int = 8, block_size=64, n_init=1,
@@ -436,6 +464,8 @@ def forecast_loss_and_grad(params: dict, setup: TrainSetup):
     """Σ over target layers of the mean rest-bucket KL, and its gradient for every W_l (hand-written).
 
     params: {"W0": (D, Hkv, d), "W1": ...}, one Forecast projection per target layer of ``setup``.
+    A setup whose ``extra["pool"]`` is (fine, coarse) holds fine keys in ``kc``: the student is
+    :func:`pooled_forecast_logits` on them, and the gradient of each max goes to the fine position that won.
     """
     if not isinstance(params, dict):
         raise ValueError(f"params must be a dict {{'W0': (D, Hkv, d), ...}}, got {type(params).__name__}")
@@ -446,13 +476,22 @@ def forecast_loss_and_grad(params: dict, setup: TrainSetup):
         if W.shape != (x.shape[2],) + kc.shape[2:]:
             raise ValueError(f"params['W{l}'] must have shape (D, Hkv, d) = {(x.shape[2],) + kc.shape[2:]}, "
                              f"got {W.shape}")
+    pool = setup.extra.get("pool")              # (fine, coarse): kc holds fine keys, the logits are max-pooled
     loss, grads = 0.0, {}
     for l, (x, kc, t) in enumerate(zip(setup.x_src, setup.kc, setup.teacher)):
         W = params[f"W{l}"]
-        z = forecast_logits(x, W, kc)
+        if pool is None:
+            z = forecast_logits(x, W, kc)
+        else:
+            z, arg = pooled_forecast_logits(x, W, kc, setup.mask.shape[1], *pool)
         scale = W.shape[2] ** -0.5
         li, dz = rest_bucket_kl(t, z, setup.k, setup.mask[None, :, None, :], setup.sel[l])
         loss += li
+        if pool is not None:                    # a max passes its gradient to the fine position that won
+            dzf = np.zeros(z.shape[:-1] + (kc.shape[1],))
+            b, tt, g, _ = np.indices(z.shape, sparse=True)
+            np.add.at(dzf, (b, tt, g, arg), dz)
+            dz = dzf
         # z = (x W)·kc·scale  =>  dW[D, g, d] = Σ_{b,t} x[b,t,D] Σ_j dz[b,t,g,j] kc[b,j,g,d] · scale
         dF = np.einsum("btgn,bngd->btgd", dz, kc) * scale
         grads[f"W{l}"] = np.einsum("btD,btgd->Dgd", x, dF)

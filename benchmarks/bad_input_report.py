@@ -1,4 +1,4 @@
-"""The bad-input run over the public API (issue 29's acceptance): how many bad inputs come back as a silent result or
+"""The bad-input run over the public API: how many bad inputs come back as a silent result or
 as another exception than a ValueError, and how many returns the allowlists document.
 
 It runs the tables the property tests hold, every case of each, without the shortcuts CI takes:

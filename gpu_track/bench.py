@@ -287,7 +287,7 @@ def indexer_bytes(B, S, T, Hi, di, elem):
 
 # (block_s, num_warps, num_stages) per key format: every config the decode sweep may pick (tests/sanitizer_cases.py
 # runs them all). bf16 keys with block_s 256 and 4 stages need 279,552 B of shared memory, more than the H200's
-# 232,448 B (OutOfResources, issue 17 round 1): left out. FP8 keys (half the bytes per tile) fit at every size.
+# 232,448 B (OutOfResources on the H200): left out. FP8 keys (half the bytes per tile) fit at every size.
 INDEXER_CANDIDATES = {
     "bf16": [(bs, nw, ns) for bs in (64, 128, 256) for nw in (4, 8) for ns in (2, 3, 4) if not (bs == 256 and ns == 4)],
     "fp8": [(bs, nw, ns) for bs in (64, 128, 256) for nw in (4, 8) for ns in (2, 3, 4)],
@@ -466,7 +466,7 @@ def rel(a, b):
 
 
 # (variant, chunk, block_d, lanes_d, num_warps): every config the benchmark may pick (tests/sanitizer_cases.py runs
-# them all). Chosen from the SASS of the chunked kernel compiled for sm_90 (issue 17): 11.6-15 instructions per
+# them all). Chosen from the SASS of the chunked kernel compiled for sm_90: 11.6-15 instructions per
 # (t, d, n) element and no register spills (lanes_d 8: 168-254 registers; lanes_d 16 with 2 warps: 166-255;
 # block_d 4: 18-21 instructions, 106-168 registers, but twice the programs: Bt = 1 has too few warps otherwise).
 SCAN_CANDIDATES = ([("chunked", ch, bd, 8, 1) for ch, bd in ((16, 16), (8, 32), (16, 8), (8, 16))]
@@ -593,7 +593,7 @@ def scan_rows():
 # (chunk, block_p, num_warps, num_stages, two_pass, block_n_states, states_dtype, pass_block, pass_chunks,
 # heads_per_program): every config the benchmark may pick; tests/sanitizer_cases.py runs exactly these.
 # Only configs that fit the H200's 232,448 B of shared memory per block: the single pass with chunk 128 and 3 stages needs
-# 247,296 B (4 warps) / 248,320 B (8 warps) (OutOfResources on the H200, issue 17 round 1), so no 3 stages here.
+# 247,296 B (4 warps) / 248,320 B (8 warps) (OutOfResources on the H200), so no 3 stages here.
 # The two-pass kernels with several heads per program (B, C and C Bᵀ shared) compiled for sm_90 need 17-68 KB.
 SSD_CANDIDATES = ([(ch, 64, nw, 2, False, 64, None, 512, 8, 1) for ch in (64, 128) for nw in (4, 8)]
                   + [(ch, 64, nw, 2, True, bn, BF16, 1024, 8, hg) for ch in (64, 128) for nw in (4, 8)

@@ -28,7 +28,7 @@ GRID_MAX = (2 ** 31 - 1, 65535, 65535)   # CUDA's limit on each launch grid axis
 # Hopper (sm_90) reads past its shared-memory buffer (compute-sanitizer: "Invalid __shared__ read"; a fault or
 # silently wrong output depending on what lies beyond) for wgmma operands of 16 or 32 along a dot dimension when two
 # or more dots share a kernel (triton-lang/triton#10486, #11366; pytorch/helion#1905 keeps such tiles at 8 or >= 64).
-# This is what broke the SSD two-pass kernels (issue 17). The interpreter has no such bug: there the minimum is 16.
+# This is what broke the SSD two-pass kernels. The interpreter has no such bug: there the minimum is 16.
 DOT_MIN = 16 if INTERPRET else 64
 TARGET_PROGRAMS = 528   # split-K heuristics aim at ~4 programs per SM of an H200 (132 SMs)
 

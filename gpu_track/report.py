@@ -19,7 +19,7 @@ KERNELS = ("sparse_attention", "lightning_indexer", "fa_decode_topk", "selective
 RESULTS = Path(__file__).resolve().parent / "results" / "h200.json"
 SASS = Path(__file__).resolve().parent / "results" / "sass_scan.json"     # python -m gpu_track.sass --json
 
-# The targets (issue 7, then issue 17): (kernel, phase, kind, threshold, arg).
+# The targets: (kernel, phase, kind, threshold, arg).
 #   "frac_bw": the best row's frac_bw >= threshold (arg: None, or a shape dict the row must match);
 #   "frac_of_bound": the best row's measured bound / time >= threshold (the row states its bound);
 #   "speedup": on every row, (fastest peer whose name starts with one of arg) / our ms >= threshold;

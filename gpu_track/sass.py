@@ -2,10 +2,10 @@
 
 Why: a kernel whose time is far above both its byte bound and its exp (SFU) bound is usually bound by how many
 instructions it issues per element. Triton ships ptxas and nvdisasm, so the instruction mix of any config can be
-counted on a laptop, and a layout change judged before a GPU is at hand. Issue 17 used it on the Mamba-1 scan: the
+counted on a laptop, and a layout change judged before a GPU is at hand. It was used on the Mamba-1 scan: the
 old (time, channel, state) tiles put the state axis on a warp's lanes, so the sum over states cost 4 shuffles and
 4 adds per element (26 instructions per (t, d, n) element); the (time, channel group, state, channel lane) tiles
-of ``selective_scan.CHUNKED_SCAN_KERNEL`` issue 12-21.
+of ``selective_scan.CHUNKED_SCAN_KERNEL`` issue 12-21 instructions per element.
 
     TRITON_INTERPRET=0 python -m gpu_track.sass            # the scan's bench candidates, per element
     TRITON_INTERPRET=0 python -m gpu_track.sass --json     # the same as JSON

@@ -31,7 +31,7 @@ def _scan_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_las
     # Tiles are (time, channel group, state, channel lane), channel d = g · LANES_D + j. Triton spreads a tile's
     # last axes over a warp's lanes, so j and part of n go to lanes while t, g and the rest of n stay in each thread's
     # registers: the scan over t and most of the sum over n are register arithmetic, and one thread reuses each B, C
-    # value for its BLOCK_D / LANES_D channels (the layout of issue 17: 2.2x fewer instructions per element).
+    # value for its BLOCK_D / LANES_D channels (this layout: 2.2x fewer instructions per element).
     G: tl.constexpr = BLOCK_D // LANES_D
     LOG2E: tl.constexpr = 1.4426950408889634
     b = tl.program_id(0)

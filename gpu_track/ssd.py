@@ -16,7 +16,7 @@ start (all chunks at once), then the only sequential part, h_end_j = exp(c_Q,j) 
 the P·N state entries with a prefix scan over tiles of chunks (thousands of programs), then every chunk's output
 from the previous chunk's end state (all chunks at once). Offsets are int64 (sizes checked before launch), and
 every dot tile is >= ``common.DOT_MIN`` natively: the old two-pass kernels used 32-wide tiles, which Triton 3.6
-miscompiles on Hopper in kernels with several dots (out-of-bounds shared-memory reads; issue 17).
+miscompiles on Hopper in kernels with several dots (out-of-bounds shared-memory reads).
 """
 from __future__ import annotations
 
@@ -286,7 +286,7 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
     program instead of once per head.
 
     Natively, every dot dimension (chunk, block_p, N blocks) is at least ``common.DOT_MIN`` = 64 (smaller tiles are
-    raised to it): Triton 3.6 on Hopper miscompiles 16/32-wide tiles in kernels with several dots (issue 17).
+    raised to it): Triton 3.6 on Hopper miscompiles 16/32-wide tiles in kernels with several dots.
     """
     check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block, pass_chunks,
                    heads_per_program)

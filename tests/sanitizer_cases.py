@@ -1,7 +1,7 @@
 """The kernels at the shapes and configs ``tests/test_gpu_sanitizer.py`` runs under compute-sanitizer (not a test
 module: run as ``python tests/sanitizer_cases.py GROUP``). Every config the benchmark may pick, exactly its lists:
 SSD (gpu_track.bench.SSD_CANDIDATES, groups ssd_single / ssd_two64 / ssd_two128) and selective scan (SCAN_CANDIDATES) at ragged
-shapes (no size a multiple of a tile) and at the large Bt·H of issue 17 (H = 80, Bt·H = 1280; and (Bt, L) =
+shapes (no size a multiple of a tile) and at a large Bt·H (H = 80, Bt·H = 1280; and (Bt, L) =
 (4, 8192), where the old two-pass kernel faulted); the lightning indexer's decode configs (INDEXER_CANDIDATES, bf16
 and FP8, with the spans the split sweep uses) and block-sparse attention's prefill and split-K decode configs
 (BLOCK_SPARSE_CANDIDATES, BLOCK_SPARSE_DECODE_CANDIDATES) at ragged shapes; the other attention kernels with
@@ -42,7 +42,7 @@ def run_ssd(inputs, c, D=None, h0=None):
 def ssd_group(two_pass, chunks=(64, 128)):
     cands = [c for c in bench.SSD_CANDIDATES if c[4] == two_pass and c[0] in chunks]
     ragged = ssd_inputs(2, 333, 3, 40, 100)
-    big = ssd_inputs(16, 256, 80, 64, 128)                       # Bt·H = 1280, as at (16, 2048) of issue 17
+    big = ssd_inputs(16, 256, 80, 64, 128)                       # Bt·H = 1280, as at (16, 2048) in the bench
     D, h0 = rnd(3, dtype=torch.float32), rnd(2, 3, 40, 100)
     for c in cands:
         run_ssd(ragged, c, D, h0)

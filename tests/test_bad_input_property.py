@@ -3032,7 +3032,7 @@ def _huge_trained_and_widget_calls():
 @pytest.mark.parametrize("case", _huge_size_calls(), ids=lambda c: c[0])
 def test_slow_modules_refuse_huge_sizes_by_name(case):
     """Round 2's ``huge`` rule for the modules ROUND2_SKIP leaves out of CI: a ValueError naming the size (the
-    survey found numpy's 'array is too big', a MemoryError or an endless loop here before issue 29)."""
+    survey found numpy's 'array is too big', a MemoryError or an endless loop here before these checks)."""
     _, fn, arg = case
     with pytest.raises(ValueError, match=rf"(?<![A-Za-z0-9_]){re.escape(arg)}(?![A-Za-z0-9_]).*"
                                          rf"more than {MAX_ELEMENTS_TEXT}"):

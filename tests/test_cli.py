@@ -207,7 +207,7 @@ FAILURES = {
 
 @pytest.mark.parametrize("case", FAILURES, ids=list(FAILURES))
 def test_every_failure_is_one_line_with_the_fix(case, tmp_path):
-    """Issue 13, point 1: a failure of `hybrid-lab` prints one line (what is wrong; the command that fixes it), exits
+    """A failure of `hybrid-lab` prints one line (what is wrong; the command that fixes it), exits
     non-zero, never shows a traceback."""
     args, hide, says = FAILURES[case]
     if callable(args):

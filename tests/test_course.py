@@ -1,5 +1,5 @@
 """The course pipeline: labs generated from solutions; the grader fails stubs and wrong code with the check's own
-lines, passes solutions, and never fails a correct answer for a print or a warning (issue 13, points 1 and 3)."""
+lines, passes solutions, and never fails a correct answer for a print or a warning."""
 import json
 import linecache
 import subprocess

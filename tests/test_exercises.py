@@ -1,4 +1,4 @@
-"""Graded exercises cannot be fooled, and an untouched lab runs to the end (issue 13, points 2 and 4).
+"""Graded exercises cannot be fooled, and an untouched lab runs to the end.
 
 For every exercise of every solution notebook:
 * it is registered (``hybrid_lab/exercises/labNN.py``), its header gives points, level and minutes, and the cell

@@ -72,7 +72,7 @@ Z4 = np.log([0.35, 0.25, 0.15, 0.25])
 
 
 def test_issue_list_rest_bucket_bad_input():
-    """Issue 12: NaN became [0.5, 0.5], negative mass was accepted, a NaN/inf logit gave a finite loss, a duplicate
+    """NaN became [0.5, 0.5], negative mass was accepted, a NaN/inf logit gave a finite loss, a duplicate
     sel double-counted, an out-of-range sel raised IndexError. Each is now a ValueError naming the argument."""
     with pytest.raises(ValueError, match="p must be finite"):
         rest_bucket_partition(np.array([np.nan, 1.0]), [0])

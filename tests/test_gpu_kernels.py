@@ -397,7 +397,7 @@ def test_ssd_parallel_heads_per_program(heads_per_program):
 @pytest.mark.skipif(not ON_GPU, reason="the issue-17 shapes need a GPU")
 @pytest.mark.parametrize("Bt, L", [(4, 8192), (1, 1000)])
 def test_ssd_parallel_bf16_large_n_agrees_with_single_pass(Bt, L):
-    """Issue 17: the two-pass SSD with bf16 inputs and N = 128 (H = 80, P = 64) gave relative errors ~1 and read
+    """The two-pass SSD with bf16 inputs and N = 128 (H = 80, P = 64) gave relative errors ~1 and read
     shared memory out of bounds at (Bt, L) = (4, 8192) with 32-wide tiles. Now every dot tile is >= 64 wide; the
     parallel form, bf16 chunk states, agrees with the single pass and with the fp32 kernel."""
     H, P, N = 80, 64, 128

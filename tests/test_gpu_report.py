@@ -138,7 +138,7 @@ def test_ssd_limits_counts_the_three_launch_bytes_and_shares_the_profiled_time()
 
 
 def test_stored_results_explain_every_missed_target():
-    """Issue 17: each missed target comes with its measured bound and what limits it (profile, instruction count)."""
+    """Each missed target comes with its measured bound and what limits it (profile, instruction count)."""
     res, sass = report.load_results(), report.load_sass()
     missed = {t["kernel"] for t in report.check_targets(res) if not t["met"]}
     if "selective_scan" in missed:

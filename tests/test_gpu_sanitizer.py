@@ -1,4 +1,4 @@
-"""Memory safety (issue 17): every gpu_track kernel, with every config the benchmark may pick, at ragged shapes and
+"""Memory safety: every gpu_track kernel, with every config the benchmark may pick, at ragged shapes and
 at the large Bt·H where the old two-pass SSD faulted, run natively under ``compute-sanitizer --tool memcheck``.
 
 A Triton kernel does not bounds-check, and an out-of-bounds access faults only when nothing is mapped beyond it:
@@ -43,7 +43,7 @@ def test_kernels_are_clean_under_memcheck(group):
 
 def test_cases_cover_every_group_and_the_bench_lists_only_configs_that_fit():
     """Runs without a GPU. The groups here are those sanitizer_cases.py runs; the SSD groups split the bench's list
-    without leaving a config out; the configs that ran out of the H200's shared memory in issue 17's first run
+    without leaving a config out; the configs that ran out of the H200's shared memory in the first native run
     (SSD single pass chunk 128 with 3 stages: 247,296 B; bf16 indexer block 256 with 4 stages: 279,552 B; limit
     232,448 B) are not in the lists the bench sweeps, so the bench never picks them and the sanitizer runs them all."""
     import ast

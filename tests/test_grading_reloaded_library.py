@@ -1,4 +1,4 @@
-"""Delegation through a private copy of the library fails in the grader, exercise by exercise (issue 26, point 3).
+"""Delegation through a private copy of the library fails in the grader, exercise by exercise.
 
 The audit passed 01.4, 04.2, 06.2, 08.3 and 11.3 with a function that loads its own copy of the library module that
 holds the answer (``importlib.util.spec_from_file_location`` on the module's file, or its source compiled under

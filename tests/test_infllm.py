@@ -237,7 +237,7 @@ def test_top0_selection_and_inconsistent_grids_are_refused():
 
 def test_fewer_tokens_than_one_window_select_init_and_local_only():
     # S < window: no compressed key yet (Nc = 0), so no score: group_scores gives an empty grid (it used to reach a
-    # softmax over nothing) and the selection is the init and local blocks, -1 padded (decided in issue 29)
+    # softmax over nothing) and the selection is the init and local blocks, -1 padded (decided)
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((1, 2, 2, 4)), rng.standard_normal((1, 20, 1, 4))
     q_pos = np.array([18, 19])

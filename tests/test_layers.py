@@ -386,3 +386,31 @@ def test_tests_import_project_code_plainly_and_seed_explicitly():
             if isinstance(f, ast.Name) and f.id == "hash":
                 bad.append(f"{p.relative_to(ROOT)}:{node.lineno} hash(...)")
     assert not bad, "tests must import project code plainly and seed with explicit integers:\n  " + "\n  ".join(bad)
+
+
+# "issue N" but not "issues N-M (instructions) per element": a number followed by a dash or a digit is a range
+_ISSUE_NUMBER = r"\b[Ii]ssues?\s+#?\d+(?![\d\-–])"
+
+
+def test_no_issue_numbers_in_code():
+    """Code, tests and notebooks say what a thing is or why, never which tracker issue asked for it: the issues are
+    not shipped with the course, so "(issue N)" explains nothing to a reader."""
+    import re
+
+    hits = []
+    for top in ("hybrid_lab", "gpu_track", "benchmarks", "tests", "solutions", "labs"):
+        for p in sorted((ROOT / top).rglob("*")):
+            if p.suffix not in (".py", ".ipynb") or ".ipynb_checkpoints" in p.parts:
+                continue
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(_ISSUE_NUMBER, line):
+                    hits.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not hits, "issue numbers in code (say what it is instead):\n  " + "\n  ".join(hits)
+
+
+def test_the_issue_number_rule_catches_what_it_should():
+    import re
+
+    tracker = "issue " + "17"                     # spelled apart, so this file passes its own rule
+    assert re.search(_ISSUE_NUMBER, f"a bug ({tracker}, round 1)") and re.search(_ISSUE_NUMBER, f"{tracker.title()}: x")
+    assert not re.search(_ISSUE_NUMBER, "the scan " + "issues 12-21 per element")

@@ -280,7 +280,7 @@ def test_train_indexer_is_loss_and_grads_then_optimizer_step(optimizer, clip):
 
 def test_repeated_indices_are_refused_not_counted_as_a_smaller_set():
     # a repeated true position would count its hit twice, a repeated prediction or selection stands for fewer than K
-    # positions: refused (issue 29, round 2); -1 slots may repeat
+    # positions: refused; -1 slots may repeat
     assert topk_recall(np.array([[0, 1, -1, -1]]), np.array([[0, 2, -1]])) == 0.5
     with pytest.raises(ValueError, match="pred_idx must not repeat a position.*got 1 twice"):
         topk_recall(np.array([[1, 1, 3]]), np.array([[0, 1]]))

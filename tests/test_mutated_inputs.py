@@ -1,4 +1,4 @@
-"""Every call's inputs are compared before and after it (issue 26, point 6): a function that changes an array, list or
+"""Every call's inputs are compared before and after it: a function that changes an array, list or
 dict it was handed fails the case, with a message naming the input, in the in-notebook check and in the grader's
 verdict alike (both judge with :func:`framework.judge`); an exercise whose contract is to change an input says so
 with its ``mutates`` flag (06.2's cache: "updating ``cache`` in place and returning it is fine").

@@ -209,7 +209,7 @@ def test_accuracy_text_prints_the_reported_tables_and_the_differences():
 
 
 def test_new_blocks_refuses_a_repeated_selection_and_accepts_a_repeated_resident_block():
-    # decided (issue 29, round 2): a selection lists a block once, a repeat is a bug upstream and is refused; what
+    # decided: a selection lists a block once, a repeat is a bug upstream and is refused; what
     # is resident is a set, often the union of overlapping caches, so a repeat there means the same as one
     with pytest.raises(ValueError, match="selected must not repeat a block id.*got 5 twice"):
         sim.new_blocks([0, 5, 5], [1])

@@ -1,4 +1,4 @@
-"""Releases for credit (issue 14, points 1 and 3; issue 26, point 7): assignment notebooks without reference outputs
+"""Releases for credit: assignment notebooks without reference outputs
 or verdicts that the grader still grades, and an nbgrader course that nbgrader itself (installed from the registry)
 generates and autogrades, its test cells independent of each other (a failed or timed-out one never breaks the next),
 scoring 6 submissions as the lab's own grader does; ``hybrid-lab export`` says what it takes."""

@@ -1,4 +1,4 @@
-"""Every solution notebook ends with a "## Sources" cell that lists the source sections it covers (issue 18).
+"""Every solution notebook ends with a "## Sources" cell that lists the source sections it covers.
 
 The items are written exactly as "Lecture 10 §4.1", "HySparse2 notes §17.6", "SparDA notes §2.4": the document's
 name, one space, §, the section number. A notebook must list at least the sections below; students never see the
@@ -108,7 +108,7 @@ def test_sources_cell_lists_the_required_sections(path):
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
 def test_no_seed_citations(path):
     """Students see the documents' names, never our files ("seed 003", "the seed's chat", "seed §8") or our issue
-    tracker ("issue 18")."""
+    tracker ("issue NN")."""
     for i, cell in enumerate(_cells(path)):
         outputs = "".join(_text({"source": o.get("text", "")}) for o in cell.get("outputs", []))
         text = _text(cell) + outputs

@@ -1,4 +1,4 @@
-"""DSA on the trained dense model (issue 16, part 1): the sparse forward, the indexer's gradient on real hidden
+"""DSA on the trained dense model: the sparse forward, the indexer's gradient on real hidden
 states, and the stored indexers' accuracies."""
 import numpy as np
 import pytest

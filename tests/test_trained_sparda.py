@@ -1,4 +1,4 @@
-"""SparDA's block selection on the trained dense model (issue 16, part 2): block-sparse reading, InfLLM-V2 against
+"""SparDA's block selection on the trained dense model: block-sparse reading, InfLLM-V2 against
 the oracle, and recorded decode traces that replay through the offload simulator to their stored summaries."""
 import json
 

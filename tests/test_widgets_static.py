@@ -1,4 +1,4 @@
-"""Explorers show a static picture until the kernel runs (issue 13, point 2): the widget's display carries the PNG
+"""Explorers show a static picture until the kernel runs: the widget's display carries the PNG
 of its first drawing next to the live widget view, and a plain-text line instead of ``interactive(children=...``."""
 import nbclient
 import nbformat

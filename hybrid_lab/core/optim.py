@@ -33,8 +33,8 @@ def clip_grad_norm(grads: dict, max_norm: float) -> float:
     max_norm = checks.positive_number("max_norm", max_norm)
     _arrays("grads", grads, finite=False)          # the global norm below is the finiteness check
     # math.fsum, not sum(): Python 3.12 made the built-in sum of floats compensated (Neumaier), so sum() gives a
-    # different last bit on 3.11 and 3.12, and a training run that clips diverges between them (issue 17: notebook
-    # 04 differed on a Python 3.12 host from step 13 on). fsum is exactly rounded: the same bits everywhere.
+    # different last bit on 3.11 and 3.12, and a training run that clips diverges between them (notebook 04
+    # differed on a Python 3.12 host from step 13 on). fsum is exactly rounded: the same bits everywhere.
     total = float(np.sqrt(math.fsum(float(np.sum(g * g)) for g in grads.values())))
     if not np.isfinite(total):
         raise ValueError(f"grads contain NaN or inf (global norm {total})")

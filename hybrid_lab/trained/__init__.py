@@ -1,2 +1,2 @@
-"""Trained small models (issue 15): seeded synthetic tasks, torch twins of the numpy models for training, experiments,
+"""Trained small models: seeded synthetic tasks, torch twins of the numpy models for training, experiments,
 and the checkpoints the numpy models load for inference (``hybrid-lab train``; notebook 10)."""

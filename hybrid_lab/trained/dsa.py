@@ -1,4 +1,4 @@
-"""DeepSeek's lightning indexer on a trained model's real attention (issue 16, part 1; notebook 11).
+"""DeepSeek's lightning indexer on a trained model's real attention (notebook 11).
 
 The model is the trained dense-attention model of the retrieval experiment (``retrieval/dense``: 4 full-attention
 layers, partial RoPE, MQA; it answers every needle). For each layer, DSA's recipe (DeepSeek-V3.2 report §2.1):

@@ -1,4 +1,4 @@
-"""SparDA's block selection on a trained model's real attention (issue 16, part 2): the InfLLM-V2 selector, the
+"""SparDA's block selection on a trained model's real attention: the InfLLM-V2 selector, the
 Forecast head trained on the model's real hidden states, and real decode traces through the offload simulator.
 
 The model is the trained dense model of the retrieval experiment (as in :mod:`hybrid_lab.trained.dsa`). Blocks are
@@ -638,7 +638,7 @@ def run_bound_experiment(out, seeds=(0, 1, 2), ks=(2, 4), n_eval: int = 64, comm
     SparDA's recipe as :func:`run_experiment` does, then trained to convergence, from the same layer's input, and
     scoring fine keys (``BOUND_VARIANTS``), beside its fine teacher used as the selector, InfLLM-V2 and the oracle.
     Needle and local accuracy per k on ``tasks.mix(n_eval, 128, EVAL_SEED + 1)`` (the sparda evaluation set), the
-    held-out rest-bucket KL (its first 16 sequences) every 100 steps. Writes ``out``/sparda_bound/summary.json;
+    held-out rest-bucket KL (its first 16 sequences) after every tenth of the steps. Writes ``out``/sparda_bound/summary.json;
     returns it. quick: one budget of 16 sequences, 20 steps (a smoke run: nothing converges)."""
     import json
     import time

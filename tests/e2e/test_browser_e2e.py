@@ -475,7 +475,7 @@ JS_CHARTS = """([i, marker]) => {
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 @pytest.mark.skipif(not any(p.name.startswith("06_") for p in SOLUTIONS), reason="notebook 06 not selected")
 def test_06_ledger_slider_after_architecture_explorer_draws_one_chart(page, jupyterlab):
-    """Issue 13, point 7: in notebook 06, moving the architecture explorer and then the ledger slider left the ledger
+    """In notebook 06, moving the architecture explorer and then the ledger slider left the ledger
     widget with its chart drawn above the table plus a stale duplicate (3 of 7 tries). Three rounds of that sequence;
     after each, the ledger widget shows exactly one chart, below its table."""
     nb_path = next(p for p in SOLUTIONS if p.name.startswith("06_"))
@@ -550,7 +550,7 @@ def _news_question_shown(page, cmd: list[str], base: Path) -> bool:
 
 @pytest.mark.timeout(300)
 def test_hybrid_lab_open_asks_no_news_question(page, tmp_path):
-    """Issue 13, point 6: `hybrid-lab open` shows no "Jupyter news" pop-up. Control: a plain `jupyter lab` with the
+    """`hybrid-lab open` shows no "Jupyter news" pop-up. Control: a plain `jupyter lab` with the
     same fresh user dirs asks (else this JupyterLab has nothing to turn off and the test says so)."""
     plain = [sys.executable, "-m", "jupyter", "lab"] + (["--allow-root"] if os.geteuid() == 0 else [])
     if not _news_question_shown(page, plain, tmp_path / "plain"):
@@ -594,7 +594,7 @@ def _solution_of(lab: Path):
 
 
 def _labs_to_run() -> list[Path]:
-    """HYBRID_LAB_E2E_LAB: 'all', or name prefixes; by default 03 and 06 (the labs whose explorers issue 13 names)."""
+    """HYBRID_LAB_E2E_LAB: 'all', or name prefixes; by default 03 and 06 (the labs whose explorers broke before)."""
     labs = [p for p in sorted((NB_DIR / "labs").glob("[0-9][0-9]_*.ipynb")) if (NB_DIR / "solutions" / p.name).exists()]
     choice = os.environ.get("HYBRID_LAB_E2E_LAB", "")
     if choice == "all":
@@ -626,7 +626,7 @@ LABS = _labs_to_run()
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 @pytest.mark.parametrize("lab", LABS, ids=[p.stem for p in LABS])
 def test_untouched_lab_run_all_reaches_the_last_cell(page, jupyterlab, lab):
-    """Issue 13, point 2: a student opens a lab as shipped. Before the kernel runs, each explorer shows a picture (not
+    """A student opens a lab as shipped. Before the kernel runs, each explorer shows a picture (not
     ``interactive(children=...``); Run All then runs every cell to the last one without an error, every exercise's
     check says "not done yet" (the reference stands in), and the explorer widget renders live."""
     exs = course.exercises(_solution_of(lab))
@@ -661,7 +661,7 @@ def test_untouched_lab_run_all_reaches_the_last_cell(page, jupyterlab, lab):
 # ------------------------------------------------------------------------------------------------ slides, offline
 @pytest.mark.timeout(300)
 def test_slides_render_offline(page, tmp_path):
-    """Issue 14, point 5: `hybrid-lab slides` writes one HTML deck that works with the network blocked: every request
+    """`hybrid-lab slides` writes one HTML deck that works with the network blocked: every request
     other than the deck file itself is refused (and recorded); the slides render, formulas are typeset (MathML with a
     real size), figures are present, and the arrow keys move between slides. (A new tab of the test's browser.)"""
     from hybrid_lab.course import slides

@@ -2110,14 +2110,11 @@ def _json_file(text, name="not_a_summary"):
     return path
 
 
-def _bound_summary():
+def _bound_summary_cases():
+    """The stored sparda_bound summary, and what is not one (the sparda summary: no variants)."""
     from hybrid_lab.trained import sparda
-    return sparda.load_bound_summary()
-
-
-def _sparda_summary():
-    from hybrid_lab.trained import sparda
-    return sparda.load_summary()
+    return Custom(sparda.load_bound_summary(), {"a_list": [1], "the_other_summary": sparda.load_summary(),
+                                                 "empty": {}})
 
 
 def _sparda_summary_path():
@@ -2154,10 +2151,8 @@ TABLE[f"{T_}.sparda.load_bound_summary"] = Entry(lambda r: dict(path=Custom(None
     "missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]"),
     "the_other_summary": _sparda_summary_path()})))
 TABLE[f"{T_}.sparda.bound_rows"] = Entry(lambda r: dict(
-    summary=Custom(_bound_summary(), {"a_list": [1], "the_other_summary": _sparda_summary(), "empty": {}}),
-    k=Custom(4, {"not_stored": 3, "zero": 0, "float": 4.0, "a_string": "4"})))
-TABLE[f"{T_}.sparda.bound_table"] = Entry(lambda r: dict(
-    summary=Custom(_bound_summary(), {"a_list": [1], "the_other_summary": _sparda_summary(), "empty": {}})))
+    summary=_bound_summary_cases(), k=Custom(4, {"not_stored": 3, "zero": 0, "float": 4.0, "a_string": "4"})))
+TABLE[f"{T_}.sparda.bound_table"] = Entry(lambda r: dict(summary=_bound_summary_cases()))
 TABLE[f"{T_}.sparda.run_bound_experiment"] = Entry(lambda r: dict(
     out=Custom(os.path.join(_tmpdir(), "sparda_bound_run"), {"a_number": 3, "a_list": ["out"]}),
     seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),

@@ -352,7 +352,7 @@ def forecast_setup(model, tokens, teacher: str = "fine", k: int = 4, source: str
     for i in range(model.cfg.n_layers):
         x_src.append(hs["X"][i if source == "same" else max(i - 1, 0)][:, q_pos])
         kc = compress_keys(hs["K"][i], WINDOW, STRIDE)
-        kf = compress_keys(hs["K"][i], *FINE)
+        kf = compress_keys(hs["K"][i], *FINE) if "fine" in (teacher, keys) else None   # only what is read
         kcs.append(kc if keys == "coarse" else kf)
         q = hs["Q"][i][:, q_pos]
         if teacher == "coarse":

@@ -17,7 +17,11 @@ VOLATILE = {"command", "tokens_per_s", "train_seconds", "seconds", "wall_s"}
 
 
 def _stable(d):
-    return {k: v for k, v in d.items() if k not in VOLATILE and "second" not in k}
+    """The recorded numbers: without timings, the command and the code version (compared on their own line)."""
+    out = {k: v for k, v in d.items() if k not in VOLATILE and "second" not in k}
+    if isinstance(out.get("versions"), dict):
+        out["versions"] = {k: v for k, v in out["versions"].items() if k != "code_version"}
+    return out
 
 
 def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
@@ -27,16 +31,19 @@ def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
     for model in models or sorted(p.name for p in (new / exp).iterdir() if p.is_dir()):
         seeds = sorted(int(p.stem[4:]) for p in (new / exp / model).glob("seed*.npz"))
         w = j = 0
+        codes = set()
         for s in seeds:
             a, b = np.load(new / exp / model / f"seed{s}.npz"), np.load(stored / exp / model / f"seed{s}.npz")
             w += set(a.files) == set(b.files) and all(np.array_equal(a[k], b[k]) for k in a.files)
             ja = json.loads((new / exp / model / f"seed{s}.json").read_text())
             jb = json.loads((stored / exp / model / f"seed{s}.json").read_text())
             j += _stable(ja) == _stable(jb)
+            codes.add((jb.get("versions", {}).get("code_version"), ja.get("versions", {}).get("code_version")))
         entry = _stable(new_res["models"][model]) == _stable(old_res["models"][model])
         ok &= w == j == len(seeds) > 0 and entry
         lines.append(f"  {model:14s} every weight identical {w}/{len(seeds)} seeds, every recorded number identical "
-                     f"{j}/{len(seeds)}, results.json entry identical: {'yes' if entry else 'NO'}")
+                     f"{j}/{len(seeds)}, results.json entry identical: {'yes' if entry else 'NO'}; code version "
+                     + ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)" for a, b in sorted(codes, key=str)))
     return lines, ok
 
 

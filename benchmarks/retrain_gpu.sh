@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Retrain the stored MQAR and retrieval9 ensembles on one GPU: every model its own process
+# (`python -m hybrid_lab.trained.train EXP --models M --out OUT/EXP_M`), all at once, under CUDA MPS when the
+# daemon starts (the processes' small kernels then share the SMs instead of taking turns; MPS changes no result:
+# each process runs the same kernels on the same inputs). A model is kept only if its process finished.
+#
+#   bash benchmarks/retrain_gpu.sh OUT [DEADLINE_S] [EXTRA TRAIN ARGS...]     e.g. EXTRA = --steps 150 (a probe)
+#
+# Then: python3 benchmarks/compare_checkpoints.py OUT/EXP_M EXP (one per model: weights and recorded numbers
+# against the stored ones). Measured on one H200: 11 at once need more than its 140 GB; 5 at once under MPS
+# (hysparse_9, hybrid_swa_9, dense_mha, mamba2_N32, mamba2_N64) finished 4 in 495-536 s, hysparse_9 not in 545 s.
+set -u
+out=${1:?usage: retrain_gpu.sh OUT [DEADLINE_S] [EXTRA TRAIN ARGS...]}
+deadline=${2:-540}
+shift $(( $# >= 2 ? 2 : 1 ))
+mkdir -p "$out/logs"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+jobs=(retrieval9:hysparse_9 retrieval9:hybrid_swa_9 retrieval9:hysparse2_9 retrieval9:dense_9
+      mqar:mamba2 mqar:mamba2_hybrid mqar:dense_local mqar:dense mqar:mamba2_N64 mqar:mamba2_N32 mqar:dense_mha)
+[ -n "${RETRAIN_ONLY:-}" ] && read -r -a jobs <<< "$RETRAIN_ONLY"
+
+mps=0
+if command -v nvidia-cuda-mps-control > /dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d && python3 -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
+    mps=1
+  else
+    echo quit | nvidia-cuda-mps-control 2> /dev/null
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+fi
+echo "MPS: $mps; ${#jobs[@]} trainings at once; deadline ${deadline} s"
+t0=$SECONDS
+declare -A pid
+for j in "${jobs[@]}"; do
+  exp=${j%%:*}; m=${j#*:}
+  python3 -m hybrid_lab.trained.train "$exp" --models "$m" --out "$out/${exp}_$m" "$@" \
+    > "$out/logs/${exp}_$m.log" 2>&1 &
+  pid[$j]=$!
+done
+while (( SECONDS - t0 < deadline )); do
+  running=0
+  for j in "${jobs[@]}"; do kill -0 "${pid[$j]}" 2> /dev/null && running=$((running + 1)); done
+  (( running == 0 )) && break
+  sleep 5
+done
+for j in "${jobs[@]}"; do
+  exp=${j%%:*}; m=${j#*:}
+  if kill -0 "${pid[$j]}" 2> /dev/null; then
+    kill "${pid[$j]}"; rm -rf "${out:?}/${exp}_$m"; echo "$j: stopped at the deadline"
+  elif wait "${pid[$j]}"; then
+    echo "$j: $(tail -n 1 "$out/logs/${exp}_$m.log")"
+  else
+    rm -rf "${out:?}/${exp}_$m"; echo "$j: FAILED"; tail -n 5 "$out/logs/${exp}_$m.log"
+  fi
+done
+echo "all done in $((SECONDS - t0)) s (MPS: $mps)"
+(( mps )) && echo quit | nvidia-cuda-mps-control
+exit 0

@@ -1,0 +1,62 @@
+"""benchmarks/compare_checkpoints.py, the bit-for-bit check of a retraining against the stored checkpoints: a copy
+passes; a changed weight or a changed recorded number fails; a new code version alone is reported, not a failure
+(a retraining after a change that computes nothing new, such as an input check)."""
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from hybrid_lab.trained import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _compare():
+    spec = importlib.util.spec_from_file_location("compare_checkpoints", ROOT / "benchmarks" / "compare_checkpoints.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.compare
+
+
+def _copy(tmp_path, exp="mqar", model="dense_mha"):
+    new = tmp_path / "new"
+    shutil.copytree(train.CHECKPOINTS / exp / model, new / exp / model)
+    shutil.copy(train.CHECKPOINTS / "results.json", new / "results.json")
+    return new
+
+
+def test_a_copy_passes_and_a_new_code_version_is_reported(tmp_path):
+    compare = _compare()
+    new = _copy(tmp_path)
+    lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["dense_mha"])
+    assert ok and "10/10" in lines[0] and "(same)" in lines[0]
+    p = new / "mqar" / "dense_mha" / "seed3.json"
+    meta = json.loads(p.read_text())
+    old = meta["versions"]["code_version"]
+    meta["versions"]["code_version"], meta["command"], meta["train_seconds"] = "0" * 16, "elsewhere", 1.0
+    p.write_text(json.dumps(meta))
+    lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["dense_mha"])
+    assert ok and f"{old} -> {'0' * 16}" in lines[0]
+
+
+def test_a_changed_weight_or_number_fails(tmp_path):
+    compare = _compare()
+    new = _copy(tmp_path)
+    p = new / "mqar" / "dense_mha" / "seed5.npz"
+    w = dict(np.load(p))
+    name = sorted(w)[0]
+    w[name] = w[name].copy()
+    w[name].flat[0] = np.nextafter(w[name].flat[0], np.inf, dtype=w[name].dtype)
+    np.savez(p, **w)
+    lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["dense_mha"])
+    assert not ok and "weight identical 9/10" in lines[0]
+    new2 = _copy(tmp_path / "b")
+    p = new2 / "mqar" / "dense_mha" / "seed0.json"
+    meta = json.loads(p.read_text())
+    k = sorted(meta["final"])[0]
+    meta["final"][k] += 0.01
+    p.write_text(json.dumps(meta))
+    lines, ok = compare(new2, train.CHECKPOINTS, "mqar", ["dense_mha"])
+    assert not ok and "number identical 9/10" in lines[0]

@@ -461,6 +461,22 @@ def load_mamba_peer():
         return None, None
 
 
+def load_scan_cuda_peer():
+    """mamba-ssm's CUDA ``selective_scan_cuda`` built for this GPU from the source tree (gpu_track/peers.py), or None
+    with the reason in errors (the dry run builds nothing)."""
+    if DRY:
+        return None
+    try:
+        from gpu_track.peers import ROOT, build_selective_scan_cuda
+        t0 = time.time()
+        mod = build_selective_scan_cuda(build_dir=os.path.join(ROOT, ".devrun", "build", "selective_scan_cuda"))
+        RESULT["config"]["selective_scan_cuda_build_s"] = round(time.time() - t0, 1)
+        return mod
+    except Exception as e:  # noqa: BLE001
+        RESULT["errors"].append({"section": "mamba selective_scan_cuda build", "error": repr(e)[:400]})
+        return None
+
+
 def rel(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm())
 
@@ -484,6 +500,7 @@ def scan_rows():
         Dm, shapes = 32, [(1, 40)]
     exp_rate, exp_src = mufu_exp_rate()
     _, ssu = load_mamba_peer()
+    scan_cuda = load_scan_cuda_peer()
     top = None
     for Bt, L in shapes:
         x = torch.randn(Bt, L, Dm, device=DEV, dtype=BF16)
@@ -534,6 +551,18 @@ def scan_rows():
             t1.record()
             torch.cuda.synchronize()
             peers["torch eager step loop (1 run)"] = t0.elapsed_time(t1)
+        if scan_cuda is not None:
+            try:   # mamba's own layout, made outside the timed call: u, delta (Bt, Dm, L); B, C (Bt, 1, N, L)
+                u, delta = x.transpose(1, 2).contiguous(), dt.transpose(1, 2).contiguous()
+                Bv, Cv = (t.transpose(1, 2).unsqueeze(1).contiguous() for t in (Bm, Cm))
+
+                def mamba_scan():
+                    return scan_cuda.fwd(u, delta, A, Bv, Cv, D, None, None, False)[0]
+                RESULT["checks"][f"selective_scan_cuda_vs_ours_rel_err_Bt{Bt}_L{L}"] = rel(
+                    mamba_scan().transpose(1, 2), run_scan(cfg)[0])
+                peers["mamba selective_scan_cuda (CUDA)"] = bench(mamba_scan)
+            except Exception as e:  # noqa: BLE001
+                RESULT["errors"].append({"section": "mamba selective_scan_cuda", "error": repr(e)[:300]})
         row("selective_scan", "prefill", {"Bt": Bt, "L": L, "Dm": Dm, "N": N, "dtype": "bf16"}, ms, nbytes, flops, peers,
             config=dict(zip(SCAN_CONFIG_KEYS, cfg)), bound_ms=round(bound_ms, 5),
             frac_of_bound=round(bound_ms / ms, 4), exps=n_exp, exp_rate_per_s=exp_rate,

@@ -6,7 +6,11 @@ package and its subpackages are registered as empty modules whose ``__path__`` p
 (their ``__init__`` files are never run), and the two entry points are imported from there:
 
 - ``mamba_chunk_scan_combined`` (``ops/triton/ssd_combined.py``): Mamba-2 SSD prefill, five Triton kernels;
-- ``selective_state_update`` (``ops/triton/selective_state_update.py``): one decode step of Mamba-1/2.
+- ``selective_state_update`` (``ops/triton/selective_state_update.py``): one decode step of Mamba-1/2;
+- ``selective_scan_cuda`` (``csrc/selective_scan/``): Mamba-1's CUDA prefill scan, the kernel mamba-ssm users run,
+  built here by :func:`build_selective_scan_cuda` for the GPU at hand only (torch's JIT extension loader, the
+  sdist's own sources and nvcc flags; about 140 s with 16 jobs on the H200 machine; the build stays out of the
+  repository).
 
 Get the source (no build, no dependencies): ``MAMBA_SKIP_CUDA_BUILD=TRUE pip download --no-deps --no-binary :all:
 --no-build-isolation mamba-ssm==2.3.2.post1 -d .devrun/peers`` and untar it there; ``MAMBA_SSM_SRC`` may point to
@@ -61,3 +65,56 @@ def load_mamba(src: str | None = None):
     ssu = importlib.import_module("mamba_ssm.ops.triton.selective_state_update")
     version = os.path.basename(os.path.normpath(src)).replace("mamba_ssm-", "")
     return ssd.mamba_chunk_scan_combined, ssu.selective_state_update, version
+
+
+# csrc/selective_scan/ of mamba-ssm 2.3.2: the module's C++ front end registers fwd and bwd, so every file is built
+SCAN_SOURCES = ("selective_scan.cpp",) + tuple(
+    f"selective_scan_{d}_{t}.cu" for d, ts in (("fwd", ("fp32", "fp16", "bf16")),
+                                               ("bwd", ("fp32_real", "fp32_complex", "fp16_real", "fp16_complex",
+                                                        "bf16_real", "bf16_complex")))
+    for t in ts)
+# setup.py's nvcc flags, with one -gencode for the GPU at hand instead of its list of architectures
+SCAN_NVCC_FLAGS = ("-O3", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                   "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                   "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
+                   "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math", "-lineinfo")
+
+
+def selective_scan_cuda_build(src: str | None = None, capability: tuple = (9, 0)) -> dict:
+    """What :func:`build_selective_scan_cuda` passes to ``torch.utils.cpp_extension.load``: the source files (all
+    present in the tree, else ImportError naming the first missing one), the include folder and the flags for one
+    compute capability (major, minor)."""
+    base = os.path.join(mamba_source(src), "csrc", "selective_scan")
+    sources = [os.path.join(base, f) for f in SCAN_SOURCES]
+    missing = [f for f in sources if not os.path.isfile(f)]
+    if missing:
+        raise ImportError(f"the mamba-ssm tree has no {missing[0]} (a source distribution has csrc/; a wheel does not)")
+    if not (isinstance(capability, tuple) and len(capability) == 2 and all(isinstance(c, int) for c in capability)):
+        raise ValueError(f"capability must be (major, minor) ints, got {capability!r}")
+    arch = f"{capability[0]}{capability[1]}"
+    return {"name": "selective_scan_cuda", "sources": sources, "extra_include_paths": [base],
+            "extra_cflags": ["-O3", "-std=c++17"],
+            "extra_cuda_cflags": list(SCAN_NVCC_FLAGS) + ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]}
+
+
+def build_selective_scan_cuda(src: str | None = None, build_dir: str | None = None):
+    """mamba-ssm's ``selective_scan_cuda`` module built for the current GPU (``MAX_JOBS`` sets ninja's jobs), or
+    ImportError with the reason (no tree, no CUDA, no nvcc, a failed build). Its ``fwd(u, delta, A, B, C, D, z,
+    delta_bias, delta_softplus)`` takes u, delta (Bt, Dm, L), A (Dm, N) float32, B, C (Bt, 1, N, L) and returns
+    [out (Bt, Dm, L), ...]."""
+    import shutil
+
+    import torch
+    from torch.utils import cpp_extension
+
+    if not torch.cuda.is_available():
+        raise ImportError("building selective_scan_cuda needs a CUDA GPU")
+    if shutil.which("nvcc") is None and not os.path.isfile(os.path.join(cpp_extension.CUDA_HOME or "", "bin", "nvcc")):
+        raise ImportError("building selective_scan_cuda needs nvcc (CUDA_HOME or PATH)")
+    kw = selective_scan_cuda_build(src, torch.cuda.get_device_capability())
+    if build_dir is not None:
+        os.makedirs(build_dir, exist_ok=True)
+    try:
+        return cpp_extension.load(**kw, build_directory=build_dir, verbose=False)
+    except Exception as e:  # noqa: BLE001  (a compiler or linker failure: the peer is skipped with the reason)
+        raise ImportError(f"selective_scan_cuda did not build: {e!r}"[:600]) from None

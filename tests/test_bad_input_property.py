@@ -2147,18 +2147,68 @@ TABLE[f"{T_}.sparda.forecast_selection"] = Entry(lambda r: dict(
     params=_heads_cases(), k=Size(1), keys=Choice("fine")))
 TABLE[f"{T_}.sparda.load_summary"] = Entry(lambda r: dict(path=Custom(None, {
     "missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]")})))
-TABLE[f"{T_}.sparda.load_bound_summary"] = Entry(lambda r: dict(path=Custom(None, {
-    "missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]"),
-    "the_other_summary": _sparda_summary_path()})))
-TABLE[f"{T_}.sparda.bound_rows"] = Entry(lambda r: dict(
-    summary=_bound_summary_cases(), k=Custom(4, {"not_stored": 3, "zero": 0, "float": 4.0, "a_string": "4"})))
+def _summary_path_cases():
+    """A summary's path (None: the stored one) and what is none: missing, not a path, not a summary, the sparda one."""
+    return Custom(None, {"missing": "/nonexistent/summary.json", "a_number": 3, "not_a_summary": _json_file("[1, 2]"),
+                         "the_other_summary": _sparda_summary_path()})
+
+
+def _stored_k_cases():
+    return Custom(4, {"not_stored": 3, "zero": 0, "float": 4.0, "a_string": "4"})
+
+
+TABLE[f"{T_}.sparda.load_bound_summary"] = Entry(lambda r: dict(path=_summary_path_cases()))
+TABLE[f"{T_}.sparda.bound_rows"] = Entry(lambda r: dict(summary=_bound_summary_cases(), k=_stored_k_cases()))
 TABLE[f"{T_}.sparda.bound_table"] = Entry(lambda r: dict(summary=_bound_summary_cases()))
-TABLE[f"{T_}.sparda.run_bound_experiment"] = Entry(lambda r: dict(
-    out=Custom(os.path.join(_tmpdir(), "sparda_bound_run"), {"a_number": 3, "a_list": ["out"]}),
-    seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),
-    ks=Custom((1,), {"empty": (), "zero": (0,), "float": (1.5,)}), n_eval=Custom(16, {"too_few": 15, "a_string": "16"}),
-    command=Custom("bad-input test", {"a_number": 3}), quick=Custom(True, {"a_string": "yes", "a_number": 3})),
-    timeout_s=120.0)
+def _run_cases(out: str, k: int, n_eval: int) -> dict:
+    """The arguments every experiment runner shares (sparda.run_args checks them), with their bad variants."""
+    return dict(out=Custom(os.path.join(_tmpdir(), out), {"a_number": 3, "a_list": ["out"]}),
+                seeds=Custom((0,), {"empty": (), "negative": (-1,), "float": (0.5,), "a_string": ("0",)}),
+                ks=Custom((k,), {"empty": (), "zero": (0,), "float": (1.5,)}),
+                n_eval=Custom(n_eval, {"too_few": n_eval - 1, "a_string": str(n_eval)}),
+                command=Custom("bad-input test", {"a_number": 3}),
+                quick=Custom(True, {"a_string": "yes", "a_number": 3}))
+
+
+TABLE[f"{T_}.sparda.run_bound_experiment"] = Entry(lambda r: _run_cases("sparda_bound_run", 1, 16), timeout_s=120.0)
+TABLE[f"{T_}.sparda.read_summary"] = Entry(lambda r: dict(
+    path=_summary_path_cases(), exp=Custom("sparda_bound", {"empty": "", "a_number": 3}),
+    field=Custom("variants", {"empty": "", "a_number": 3})))
+TABLE[f"{T_}.sparda.run_args"] = Entry(lambda r: dict(_run_cases("run_args", 1, 16),
+                                                     min_eval=Custom(16, {"zero": 0, "float": 4.0, "a_string": "4"})))
+TABLE[f"{T_}.sparda.mean_std_cells"] = Entry(lambda r: dict(summary=_bound_summary_cases(), k=_stored_k_cases()))
+TABLE[f"{T_}.dsa.dense_model"] = Entry(lambda r: dict(model=_dense_stack_cases()))
+TABLE[f"{T_}.dsa.twin_trainer"] = Entry(lambda r: dict(model=_dense_stack_cases(), lr=Real(1e-3)))
+
+
+def _twin_and_opt():
+    from hybrid_lab.trained import dsa
+    _, net, opt = dsa.twin_trainer(dense_stack_model(), 1e-3)
+    return net, opt
+
+
+TABLE[f"{T_}.dsa.task_step"] = Entry(lambda r: dict(zip(("net", "opt"), map(Fixed, _twin_and_opt())), batch=Custom(
+    needle_batch(), {"a_list": [[1, 2]], "tokens_only": needle_batch().tokens}), masks=Custom(None, {
+        "wrong_shape": np.ones((2, 2, 32, 31), bool), "not_bool": np.ones((2, 2, 32, 32)), "a_list": [True]})))
+
+
+def _sparse_summary_cases():
+    """The stored sparda_sparse summary, and what is not one (the sparda_bound summary: no recipe)."""
+    from hybrid_lab.trained import sparda, sparda_sparse
+    return Custom(sparda_sparse.load_summary(), {"a_list": [1], "the_other_summary": sparda.load_bound_summary(),
+                                                 "empty": {}})
+
+
+_SS = f"{T_}.sparda_sparse"
+TABLE[f"{_SS}.block_masks"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(), k=Size(1)))
+TABLE[f"{_SS}.continue_training"] = Entry(lambda r: dict(      # one step of one sequence: a fraction of a second
+    model=_dense_stack_cases(), attention=Choice("infllm"), k=Size(2), steps=Size(1), batch=Size(1), lr=Real(1e-3),
+    seed=Count(0)))
+TABLE[f"{_SS}.run_experiment"] = Entry(lambda r: dict(_run_cases("sparda_sparse_run", 2, 4), workers=Custom(
+    1, {"zero": 0, "float": 1.0, "a_string": "1"})), timeout_s=120.0)
+TABLE[f"{_SS}.load_summary"] = Entry(lambda r: dict(path=_summary_path_cases()))
+TABLE[f"{_SS}.summary_rows"] = Entry(lambda r: dict(summary=_sparse_summary_cases(), k=_stored_k_cases()))
+TABLE[f"{_SS}.summary_table"] = Entry(lambda r: dict(summary=_sparse_summary_cases()))
 TABLE[f"{T_}.sparda.load_forecast_heads"] = Entry(lambda r: dict(
     seed=Custom(0, {"negative": -1, "not_stored": 7, "float": 0.5, "a_string": "0"}), teacher=Choice("fine"),
     path=Custom(None, {"missing": "/nonexistent/forecast_heads.npz", "a_number": 3})))

@@ -36,13 +36,16 @@ from hybrid_lab.models.stack import Stack
 from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 from hybrid_lab.trained import store, tasks
 
-__all__ = ["layer_qkv", "layer_attention", "sparse_forward", "oracle_selector", "indexer_selector", "random_selector",
-           "train_layer_indexers", "selection_masks", "finetune_sparse", "indexer_recall", "previous_token_share",
-           "attention_targets", "rope_ablation", "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS",
-           "SELECTORS", "FT"]
+__all__ = ["dense_model", "layer_qkv", "layer_attention", "sparse_forward", "oracle_selector", "indexer_selector",
+           "random_selector", "train_layer_indexers", "selection_masks", "finetune_sparse", "twin_trainer",
+           "task_step", "indexer_recall", "previous_token_share", "attention_targets", "rope_ablation",
+           "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS", "SELECTORS",
+           "FT"]
 
 
-def _dense_stack(model):
+def dense_model(model):
+    """``model`` if it is a :class:`Stack` of full-attention layers only (the trained dense model); else a
+    ValueError."""
     if not isinstance(model, Stack) or any(k != "attn" for k in model.cfg.layers):
         raise ValueError(f"model must be a Stack of full-attention layers only (the trained dense model), got "
                          f"{type(model).__name__} {getattr(getattr(model, 'cfg', None), 'layers', '')}")
@@ -84,7 +87,7 @@ def _selection(idx, i: int, T: int, n_kv: int) -> np.ndarray:
 def layer_qkv(model, i: int, x):
     """Layer i's q (T, Hq, d), k (T, Hkv, d) (RoPE at positions 0..T-1) and v (T, Hkv, dv) from its normalized
     input x (T, d_model)."""
-    model = _dense_stack(model)
+    model = dense_model(model)
     i = checks.int_in("i", i, 0, model.cfg.n_layers)
     x = checks.finite_array("x", x, 2, f"(T, d_model={model.cfg.d_model})")
     if x.shape[1] != model.cfg.d_model:
@@ -110,7 +113,7 @@ def sparse_forward(model, tokens, selector=None, capture: list | None = None) ->
     its dense attention probabilities. capture: a list that receives one dict per layer {"x", "probs"}.
     Returns logits (T, vocab).
     """
-    model = _dense_stack(model)
+    model = dense_model(model)
     cfg, w = model.cfg, model.weights
     tokens = checks.tokens("tokens", tokens, cfg.vocab)
     if selector is not None and not callable(selector):
@@ -194,7 +197,7 @@ def train_layer_indexers(model, train_tokens, steps: int = 300, lr: float = 3e-3
     """
     from hybrid_lab.core.progress import progress
 
-    model = _dense_stack(model)
+    model = dense_model(model)
     toks = checks.int_array("train_tokens", train_tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
     if 0 in toks.shape:
         raise ValueError(f"train_tokens must be a non-empty (N, T) array, got shape {toks.shape}")
@@ -235,7 +238,7 @@ def selection_masks(model, tokens, indexers: list, k: int) -> tuple:
     (N, n_layers, T, T) bool, True = read, always within the causal mask; captures [per sequence: the per-layer
     {"x", "probs"} of :func:`sparse_forward`]). Layer i's selection is computed from its input in the SPARSE forward
     (the layers below already read sparsely), as DSA runs it."""
-    model = _dense_stack(model)
+    model = dense_model(model)
     indexers = _indexer_list(indexers, model)
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
     k = checks.pos_int("k", k)
@@ -268,9 +271,8 @@ def finetune_sparse(model, indexers: list, steps: int = 100, k: int = 8, batch: 
     import torch
 
     from hybrid_lab.core.progress import progress
-    from hybrid_lab.trained.torch_stack import TorchStack
 
-    model = _dense_stack(model)
+    model = dense_model(model)
     indexers = copy.deepcopy(_indexer_list(indexers, model))
     steps, k, batch = checks.pos_int("steps", steps), checks.pos_int("k", k), checks.pos_int("batch", batch)
     checks.output_size("steps (the loss history is steps x n_layers)", (steps, model.cfg.n_layers))
@@ -279,12 +281,7 @@ def finetune_sparse(model, indexers: list, steps: int = 100, k: int = 8, batch: 
     lr, lr_indexer = checks.positive_number("lr", lr), checks.positive_number("lr_indexer", lr_indexer)
     seed = checks.nonneg_int("seed", seed)
     torch.manual_seed(seed)
-    cfg = dataclasses.replace(model.cfg, dtype="float32")
-    net = TorchStack(cfg, {n: np.asarray(a, np.float32) for n, a in model.weights.items()})
-    decay = [p for p in net.parameters() if p.ndim >= 2]
-    rest = [p for p in net.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=lr,
-                            betas=(0.9, 0.95))
+    cfg, net, opt = twin_trainer(model, lr)
     opts = [Adam(ix.params, lr=lr_indexer) for ix in indexers]
     L = cfg.n_layers
     losses, kls = np.zeros(steps), np.zeros((steps, L))
@@ -305,21 +302,55 @@ def finetune_sparse(model, indexers: list, steps: int = 100, k: int = 8, batch: 
             total = {n: v / len(caps) for n, v in total.items()}
             clip_grad_norm(total, 1.0)
             o.step(total)
-        logits = net(torch.as_tensor(b.tokens), [torch.as_tensor(masks[:, i]) for i in range(L)])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 torch.as_tensor(b.targets).reshape(-1), ignore_index=-1)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        losses[step] = float(loss.detach())
+        losses[step] = task_step(net, opt, b, masks)
     return Stack(cfg, net.numpy_weights()), indexers, {"loss": losses, "kl": kls}
+
+
+def twin_trainer(model, lr: float) -> tuple:
+    """The torch twin of a dense :class:`Stack` (float32, its weights copied) and its optimizer as training had
+    it: AdamW (0.9, 0.95), weight decay 0.1 on matrices only. Returns (cfg, net, opt)."""
+    import torch
+
+    from hybrid_lab.trained.torch_stack import TorchStack
+
+    model, lr = dense_model(model), checks.positive_number("lr", lr)
+    cfg = dataclasses.replace(model.cfg, dtype="float32")
+    net = TorchStack(cfg, {n: np.asarray(a, np.float32) for n, a in model.weights.items()})
+    decay = [p for p in net.parameters() if p.ndim >= 2]
+    rest = [p for p in net.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=lr,
+                            betas=(0.9, 0.95))
+    return cfg, net, opt
+
+
+def task_step(net, opt, batch, masks=None) -> float:
+    """One step of the twin ``net`` on ``batch`` (a tasks.Batch): cross-entropy on the answer positions (as in
+    training), clip 1.0, ``opt`` steps. masks: None (dense) or (B, n_layers, T, T) bool, what each query reads.
+    Returns the loss."""
+    import torch
+
+    if not isinstance(batch, tasks.Batch):
+        raise ValueError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
+    L = net.cfg.n_layers
+    if masks is not None and (not isinstance(masks, np.ndarray) or masks.dtype != bool
+                              or masks.shape != batch.tokens.shape[:1] + (L,) + batch.tokens.shape[1:] * 2):
+        raise ValueError(f"masks must be None or a (B, {L}, T, T) bool array for tokens {batch.tokens.shape}, got "
+                         f"{getattr(masks, 'shape', type(masks).__name__)}")
+    select = None if masks is None else [torch.as_tensor(masks[:, i]) for i in range(L)]
+    logits = net(torch.as_tensor(batch.tokens), select)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             torch.as_tensor(batch.targets).reshape(-1), ignore_index=-1)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
 
 
 def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
     """Per layer: mean fraction of the oracle top-k (attention mass) the indexer's top-k finds, over the
     sequences ``tokens`` (N, T), queries with at least k visible positions only. Returns (n_layers,)."""
-    model = _dense_stack(model)
+    model = dense_model(model)
     indexers = _indexer_list(indexers, model)
     k = checks.pos_int("k", k)
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
@@ -338,7 +369,7 @@ def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
 def previous_token_share(model, tokens) -> np.ndarray:
     """Per layer: the share of queries t >= 1 whose most-attended key (attention summed over heads) is t - 1, the
     token just before, over the sequences ``tokens`` (N, T). Returns (n_layers,): near 1 for a positional layer."""
-    model = _dense_stack(model)
+    model = dense_model(model)
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
     if toks.shape[0] == 0 or toks.shape[1] < 2:
         raise ValueError(f"tokens must be a non-empty (N, T) array with T >= 2 (a query with a token before it), got "
@@ -363,7 +394,7 @@ def attention_targets(model, tokens, recent: int = 4, top: int = 8, min_t: int =
 
     with ``uniform_*``: what uniform attention over the t + 1 visible keys gives on the same sets (the baseline).
     tokens: (N, T) token ids. Returns {name: (n_layers, Hq) for the masses, (n_layers,) for the uniform ones}."""
-    model = _dense_stack(model)
+    model = dense_model(model)
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
     recent, top, min_t = checks.pos_int("recent", recent), checks.pos_int("top", top), checks.pos_int("min_t", min_t)
     T = toks.shape[1]
@@ -424,7 +455,7 @@ def attention_entropy_rows(model, tokens, min_visible: int = 16) -> np.ndarray:
     (N, T), next to ln(#visible) of uniform attention. Returns (n_layers + 1,): the layers, then the uniform one."""
     from hybrid_lab.models.attention_stats import attention_entropy
 
-    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=_dense_stack(model).cfg.vocab)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=dense_model(model).cfg.vocab)
     min_visible = checks.pos_int("min_visible", min_visible)
     if 0 in toks.shape or toks.shape[1] < min_visible:
         raise ValueError(f"tokens must be a non-empty (N, T) array with T >= min_visible={min_visible}, got shape "
@@ -442,7 +473,7 @@ def evaluate_selectors(model, batch, indexers: dict, ks=KS, seed: int = 0) -> di
     """Needle and local accuracy of ``batch`` (a tasks.Batch) under dense attention and every selector at every k.
     indexers: {"indexer stage 1": [...], "indexer stage 2": [...], "untrained indexer": [...]}.
     Returns {"dense needle": acc, "dense local": acc, "<selector> k=<k> needle": acc, ...}."""
-    model = _dense_stack(model)
+    model = dense_model(model)
     if not isinstance(batch, tasks.Batch):
         raise ValueError(f"batch must be a tasks.Batch, got {type(batch).__name__}")
     checks.int_array("batch.tokens", batch.tokens, 2, "(B, T) token ids", lo=0, hi=model.cfg.vocab)

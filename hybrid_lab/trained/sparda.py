@@ -40,11 +40,13 @@ from hybrid_lab.serving.offload_sim import replay_trace
 from hybrid_lab.trained import dsa, store, tasks
 
 __all__ = ["BLOCK", "WINDOW", "STRIDE", "FINE", "N_INIT", "N_LOCAL", "TEACHERS", "KINDS", "block_selection",
-           "teacher_selection", "blocks_to_positions", "blocks_read", "position_reads", "query_reads", "block_selector",
-           "block_accuracy", "block_recall", "hidden_states", "load_summary", "forecast_setup", "train_forecast_head",
-           "forecast_selection", "decode_trace", "replay_layers", "offload_rows", "load_forecast_heads",
-           "REPORTED_TEACHER_ABLATION", "reported_teacher_ablation", "run_experiment", "HEAD_SOURCES", "HEAD_KEYS",
-           "BOUND_VARIANTS", "run_bound_experiment", "load_bound_summary", "bound_rows", "bound_table"]
+           "teacher_selection", "blocks_to_positions", "blocks_read", "position_reads", "query_reads",
+           "block_selector", "block_accuracy", "block_recall", "run_args", "read_summary", "hidden_states",
+           "load_summary", "forecast_setup", "train_forecast_head", "forecast_selection", "decode_trace",
+           "replay_layers", "offload_rows", "load_forecast_heads", "REPORTED_TEACHER_ABLATION",
+           "reported_teacher_ablation", "run_experiment", "HEAD_SOURCES", "HEAD_KEYS", "BOUND_VARIANTS",
+           "run_bound_experiment", "load_bound_summary", "mean_std_cells", "bound_rows",
+           "bound_table"]
 
 BLOCK, WINDOW, STRIDE = 8, 8, 4
 FINE = (2, 1)                                       # the fine teacher's (window, stride), as SparDA's
@@ -413,9 +415,15 @@ def train_forecast_head(model, tokens, teacher: str = "fine", steps: int = 300, 
     return params, log
 
 
-def _read_summary(path, exp: str, field: str) -> dict:
+def read_summary(path, exp: str, field: str) -> dict:
+    """The summary.json of the experiment ``exp`` (a dict holding ``field``), at ``path`` or, for None, the
+    package's ``exp``/summary.json; a ValueError naming the path when it is missing or not that summary."""
     import json
     from pathlib import Path
+
+    for name, v in (("exp", exp), ("field", field)):
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"{name} must be a non-empty string, got {v!r}")
 
     if path is not None and not isinstance(path, (str, Path)):
         raise ValueError(f"path must be None or a file path, got {type(path).__name__}")
@@ -432,7 +440,7 @@ def _read_summary(path, exp: str, field: str) -> dict:
 def load_summary(path=None) -> dict:
     """The stored summary of ``hybrid-lab train sparda`` (accuracies, per-seed Forecast training logs, decode traces);
     path: default the package's sparda/summary.json."""
-    return _read_summary(path, "sparda", "per_seed")
+    return read_summary(path, "sparda", "per_seed")
 
 
 def load_forecast_heads(seed: int = 0, teacher: str = "fine", path=None) -> dict:
@@ -524,9 +532,12 @@ def reported_teacher_ablation() -> str:
     return "\n".join(lines)
 
 
-def _run_args(out, seeds, ks, n_eval, min_eval: int, command, quick) -> tuple:
-    """The checks an experiment's arguments share: returns (seeds, ks) as lists and n_eval as an int."""
+def run_args(out, seeds, ks, n_eval, min_eval: int, command, quick) -> tuple:
+    """The checks an experiment's arguments share: returns (seeds, ks) as lists and n_eval (>= ``min_eval``) as an
+    int."""
     from pathlib import Path
+
+    min_eval = checks.pos_int("min_eval", min_eval)
 
     if not isinstance(out, (str, Path)):
         raise ValueError(f"out must be a folder path, got {type(out).__name__}")
@@ -551,7 +562,7 @@ def run_experiment(out, seeds=(0, 1, 2), ks=(1, 2, 4), n_eval: int = 64, command
     import time
     from pathlib import Path
 
-    seeds, ks, n_eval = _run_args(out, seeds, ks, n_eval, 4, command, quick)
+    seeds, ks, n_eval = run_args(out, seeds, ks, n_eval, 4, command, quick)
     n_train, steps, kf = (4, 10, 4) if quick else (32, 300, 4)
     out = Path(out)
     t0 = time.time()
@@ -644,7 +655,7 @@ def run_bound_experiment(out, seeds=(0, 1, 2), ks=(2, 4), n_eval: int = 64, comm
     import time
     from pathlib import Path
 
-    seeds, ks, n_eval = _run_args(out, seeds, ks, n_eval, 16, command, quick)
+    seeds, ks, n_eval = run_args(out, seeds, ks, n_eval, 16, command, quick)
     t0 = time.time()
     ev = tasks.mix(n_eval, 128, seed=tasks.EVAL_SEED + 1, n_local=4)
     per_seed = {}
@@ -692,7 +703,7 @@ def run_bound_experiment(out, seeds=(0, 1, 2), ks=(2, 4), n_eval: int = 64, comm
 
 def load_bound_summary(path=None) -> dict:
     """The stored summary of ``hybrid-lab train sparda_bound``; path: default the package's sparda_bound/summary.json."""
-    return _read_summary(path, "sparda_bound", "variants")
+    return read_summary(path, "sparda_bound", "variants")
 
 
 def _bound(summary):
@@ -703,17 +714,23 @@ def _bound(summary):
     return summary
 
 
-def bound_rows(summary: dict, k: int) -> list:
-    """[selector, what it changes, needle "mean ± std", local "mean ± std", held-out KL at the end (or "")] at ``k``
-    chosen blocks, from a :func:`load_bound_summary`: the four head variants, then the references."""
-    summary = _bound(summary)
+def mean_std_cells(summary: dict, k: int):
+    """For a stored experiment summary (``ks`` and ``accuracy`` {key: {"mean", "std"}}), once ``k`` is checked to
+    be one of its ks: the function key -> "mean ± std" (2 decimals) a table prints."""
+    if not isinstance(summary, dict) or not {"ks", "accuracy"} <= set(summary):
+        raise ValueError(f"summary must be a stored experiment summary with ks and accuracy, got "
+                         f"{sorted(summary) if isinstance(summary, dict) else type(summary).__name__}")
     k = checks.pos_int("k", k)
     if k not in summary["ks"]:
         raise ValueError(f"k must be one of the stored {summary['ks']}, got {k}")
     acc = summary["accuracy"]
+    return lambda key: f"{acc[key]['mean']:.2f} ± {acc[key]['std']:.2f}"
 
-    def ms(key):
-        return f"{acc[key]['mean']:.2f} ± {acc[key]['std']:.2f}"
+
+def bound_rows(summary: dict, k: int) -> list:
+    """[selector, what it changes, needle "mean ± std", local "mean ± std", held-out KL at the end (or "")] at ``k``
+    chosen blocks, from a :func:`load_bound_summary`: the four head variants, then the references."""
+    ms = mean_std_cells(_bound(summary), k)
 
     def held(label):
         v = [c["curves"][label]["held-out loss"][-1] for c in summary["per_seed"].values()]

@@ -433,10 +433,12 @@ def verify(exp: Experiment, models, stored=CHECKPOINTS, jobs: int = 1, device: s
 def main(argv=None) -> int:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")        # before any CUDA call (deterministic)
     ap = argparse.ArgumentParser(prog="hybrid-lab train", description=__doc__.split("\n\n")[0])
-    ap.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["dsa", "sparda", "sparda_bound", "all"],
+    ap.add_argument("experiment", choices=sorted(EXPERIMENTS) + ["dsa", "sparda", "sparda_bound", "sparda_sparse",
+                                                                 "all"],
                     help="dsa: the lightning indexers on the trained dense model; sparda: InfLLM-V2 block selection "
-                         "and decode traces on it; sparda_bound: the Forecast head against its teacher (all three "
-                         "numpy, CPU; after retrieval)")
+                         "and decode traces on it; sparda_bound: the Forecast head against its teacher; "
+                         "sparda_sparse: the model trained on with block-sparse attention (all four CPU; after "
+                         "retrieval)")
     ap.add_argument("--quick", action="store_true",
                     help="a small CPU run in minutes (mqar: 2-4 pairs, a real result; retrieval: a smoke run)")
     ap.add_argument("--models", nargs="+", help="train only these models of the experiment")
@@ -450,7 +452,7 @@ def main(argv=None) -> int:
                     help="train again into a temporary folder and compare bit for bit with the stored checkpoints")
     a = ap.parse_args(argv)
     t_start = time.time()
-    names = sorted(EXPERIMENTS) if a.experiment == "all" else [] if a.experiment in ("dsa", "sparda", "sparda_bound") \
+    names = sorted(EXPERIMENTS) if a.experiment == "all" else [] if a.experiment in ("dsa", "sparda", "sparda_bound", "sparda_sparse") \
         else [a.experiment]
     for n in names:
         bad = [m for m in (a.models or []) if m not in EXPERIMENTS[n].models]
@@ -496,6 +498,11 @@ def main(argv=None) -> int:
         from hybrid_lab.trained import sparda
         sparda.run_bound_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)),
                                     quick=a.quick, n_eval=16 if a.quick else 64, command=command)
+        aggregate(out)
+    if a.experiment in ("sparda_sparse", "all") and not a.models:
+        from hybrid_lab.trained import sparda_sparse
+        sparda_sparse.run_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)),
+                                     quick=a.quick, n_eval=8 if a.quick else 64, command=command)
         aggregate(out)
     print(f"checkpoints and results.json under {out}")
     print(f"hybrid-lab train {a.experiment}: {time.time() - t_start:.0f} s")

@@ -1978,6 +1978,12 @@ def _tokens_2d(n=2):
     return IntArr(needle_batch().tokens[:n].copy(), hi=256, lo=0, free=(0, 1))
 
 
+def _oracle_for_each(n):
+    """selector_for of dsa.read_masks: the oracle's top-4 for every sequence."""
+    from hybrid_lab.trained import dsa
+    return dsa.oracle_selector(4)
+
+
 def _indexer_cases(**extra):
     return Custom(_indexers(), dict({"one_short": _indexers(n=1), "wrong_width": _indexers(d_model=16),
                                      "not_indexers": ["a", "b"], "a_string": "indexers",
@@ -2017,6 +2023,9 @@ TABLE[f"{T_}.dsa.indexer_recall"] = Entry(lambda r: dict(model=_dense_stack_case
                                                          tokens=_tokens_2d(), k=Size(4)))
 TABLE[f"{T_}.dsa.selection_masks"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
                                                           indexers=_indexer_cases(), k=Size(4)))
+TABLE[f"{T_}.dsa.read_masks"] = Entry(lambda r: dict(model=_dense_stack_cases(), tokens=_tokens_2d(),
+                                                     selector_for=Custom(_oracle_for_each, {"a_number": 3,
+                                                                                            "a_string": "oracle"})))
 TABLE[f"{T_}.dsa.finetune_sparse"] = Entry(lambda r: dict(      # one step on one sequence of 128: a fraction of a second
     model=_dense_stack_cases(), indexers=_indexer_cases(), steps=Size(1), k=Size(4), batch=Size(1), lr=Real(3e-4),
     lr_indexer=Real(3e-3), seed=Count(0), show_progress=Fixed(False)))

@@ -37,10 +37,10 @@ from hybrid_lab.ops.sparse_attention import sparse_attention, topk_indices
 from hybrid_lab.trained import store, tasks
 
 __all__ = ["dense_model", "layer_qkv", "layer_attention", "sparse_forward", "oracle_selector", "indexer_selector",
-           "random_selector", "train_layer_indexers", "selection_masks", "finetune_sparse", "twin_trainer",
-           "task_step", "indexer_recall", "previous_token_share", "attention_targets", "rope_ablation",
-           "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS", "SELECTORS",
-           "FT"]
+           "random_selector", "train_layer_indexers", "selection_masks", "read_masks", "finetune_sparse",
+           "twin_trainer", "task_step", "indexer_recall", "previous_token_share", "attention_targets",
+           "rope_ablation", "attention_entropy_rows", "evaluate_selectors", "run_experiment", "load_indexers", "KS",
+           "SELECTORS", "FT"]
 
 
 def dense_model(model):
@@ -244,15 +244,31 @@ def selection_masks(model, tokens, indexers: list, k: int) -> tuple:
     k = checks.pos_int("k", k)
     N, T = toks.shape
     checks.output_size("k (each layer's selection is T x k)", (T, k))
+    pick = indexer_selector(indexers, k)
+    return read_masks(model, toks, lambda n: pick)
+
+
+def read_masks(model, tokens, selector_for) -> tuple:
+    """The sparse forward of each sequence n of ``tokens`` (N, T) with the selector ``selector_for(n)`` (as
+    :func:`sparse_forward` takes it; MQA: KV head 0), recording what each query reads. Returns (masks
+    (N, n_layers, T, T) bool, True = read; captures [per sequence: the per-layer {"x", "probs"}])."""
+    model = dense_model(model)
+    toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
+    if not callable(selector_for):
+        raise ValueError(f"selector_for must be a function n -> selector, got {type(selector_for).__name__}")
+    N, T = toks.shape
+    checks.output_size("tokens (masks of N x n_layers x T x T)", (N, model.cfg.n_layers, T, T))
     masks = np.zeros((N, model.cfg.n_layers, T, T), bool)
     caps = []
-    pick = indexer_selector(indexers, k)
     rows = np.arange(T)[:, None]
     for n, row in enumerate(toks):
-        def select(i, x, probs, n=n):
-            idx = pick(i, x, probs)[:, 0]                                   # (T, k), -1 padded
-            masks[n, i][np.broadcast_to(rows, idx.shape)[idx >= 0], idx[idx >= 0]] = True
-            return idx[:, None, :]
+        pick = selector_for(n)
+
+        def select(i, x, probs, n=n, pick=pick):
+            idx = pick(i, x, probs)
+            at = idx[:, 0]                                                  # (T, K) positions, -1 padded
+            masks[n, i][np.broadcast_to(rows, at.shape)[at >= 0], at[at >= 0]] = True
+            return idx
         cap: list = []
         sparse_forward(model, row, select, capture=cap)
         caps.append(cap)

@@ -51,25 +51,11 @@ def block_masks(model, tokens, k: int) -> np.ndarray:
     """The positions each query reads when every layer reads the blocks InfLLM-V2 picks with k chosen (init, own
     and top-k), computed in the sparse forward of each sequence of ``tokens`` (N, T) (the layers below already read
     sparsely, as at inference). Returns (N, n_layers, T, T) bool, True = read (always within the causal mask)."""
-    model = dsa.dense_model(model)
+    model, k = dsa.dense_model(model), checks.pos_int("k", k)
     toks = checks.int_array("tokens", tokens, 2, "(N, T) token ids", lo=0, hi=model.cfg.vocab)
-    k = checks.pos_int("k", k)
-    N, T = toks.shape
-    if N == 0 or T == 0:
+    if 0 in toks.shape:
         raise ValueError(f"tokens must be a non-empty (N, T) array, got shape {toks.shape}")
-    checks.output_size("tokens (masks of N x n_layers x T x T)", (N, model.cfg.n_layers, T, T))
-    masks = np.zeros((N, model.cfg.n_layers, T, T), bool)
-    rows = np.arange(T)[:, None]
-    for n, row in enumerate(toks):
-        pick = sparda.block_selector(model, "infllm", k)
-
-        def select(i, x, probs, n=n):
-            idx = pick(i, x, probs)                                    # (T, 1, K) positions, -1 padded
-            at = idx[:, 0]
-            masks[n, i][np.broadcast_to(rows, at.shape)[at >= 0], at[at >= 0]] = True
-            return idx
-        dsa.sparse_forward(model, row, select)
-    return masks
+    return dsa.read_masks(model, toks, lambda n: sparda.block_selector(model, "infllm", k))[0]
 
 
 def continue_training(model, attention: str = "infllm", k: int = 4, steps: int = 800, batch: int = 16,
@@ -107,7 +93,7 @@ def _own_loss(model, data, attention: str, k: int) -> float:
     score of its continued training)."""
     sel = sparda.block_selector(model, "infllm", k) if attention == "infllm" else None     # stateless for infllm
     lg = np.stack([dsa.sparse_forward(model, t, sel) for t in data.tokens])
-    lg = lg - lg.max(-1, keepdims=True)
+    lg = lg - lg.max(-1, keepdims=True)                  # in the logits' float32, as the stored losses were computed
     logp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
     ok = data.targets >= 0
     return float(-np.take_along_axis(logp, np.where(ok, data.targets, 0)[..., None], -1)[..., 0][ok].mean())

@@ -263,6 +263,11 @@ def scan_limits(res, sass: dict | None = None) -> list:
                      f"{m.get('achieved_occupancy_pct', float('nan')):.0f}%")
     elif rows:
         lines.append("profile: not in this JSON")
+    peer = (sass or {}).get("mamba_selective_scan_cuda")
+    if rows and peer and "per_element" in peer:
+        lines.append(f"mamba's CUDA scan, compiled the same way (nvcc): {peer['per_element']:.1f} instructions per "
+                     f"element, {peer['registers']} registers, {peer['warps_per_block']} warps per block of one "
+                     f"channel (time on the threads): more instructions than ours, more warps at batch 1")
     return lines
 
 

@@ -122,6 +122,10 @@ def test_scan_limits_computes_the_issue_time_and_reads_the_profile():
         "dram_pct_of_peak": 5.0, "achieved_occupancy_pct": 9.0}}}}
     assert "1.50 warps per scheduler (0.25 ready to issue), issue slots busy 30%" in report.scan_limits(res, sass)[-1]
     assert report.scan_limits(_fake(), sass) == []
+    sass["mamba_selective_scan_cuda"] = {"per_element": 22.03, "registers": 128, "warps_per_block": 4}
+    assert report.scan_limits(res, sass)[-1].startswith("mamba's CUDA scan, compiled the same way (nvcc): 22.0 "
+                                                        "instructions per element, 128 registers, 4 warps")
+    assert report.scan_limits(_fake(), sass) == []
 
 
 def test_ssd_limits_counts_the_three_launch_bytes_and_shares_the_profiled_time():
@@ -143,7 +147,8 @@ def test_stored_results_explain_every_missed_target():
     missed = {t["kernel"] for t in report.check_targets(res) if not t["met"]}
     if "selective_scan" in missed:
         lines = report.scan_limits(res, sass)
-        assert any("instructions per element" in x for x in lines) and "warps per scheduler" in lines[-1]
+        assert any("instructions per element" in x for x in lines)
+        assert any("warps per scheduler" in x for x in lines) and lines[-1].startswith("mamba's CUDA scan")
     if "ssd_chunked" in missed:
         lines = report.ssd_limits(res)
         assert any("_ssd_out_kernel" in x and "spill" in x for x in lines)

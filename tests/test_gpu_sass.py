@@ -41,3 +41,60 @@ def test_stored_table_is_what_this_compiler_gives(fresh):
         pytest.skip(f"stored with Triton {stored['triton']}, this is {fresh['triton']}")
     assert [(r["config"], r["per_element"], r["registers"]) for r in stored["selective_scan"]] == \
         [(r["config"], r["per_element"], r["registers"]) for r in fresh["selective_scan"]]
+
+
+# A two-loop function as cuobjdump prints it: an outer loop (0x10-0x70) around an inner one (0x20-0x50) holding
+# two exps; the inner loop is one thread's 2 items of one state.
+_SASS = """
+        Function : _Z6kernelI6traitsILi2EEEv6Params
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E R2, desc[UR4][R2.64] ;
+        /*0020*/                   FMUL R3, R2, R4 ;
+        /*0030*/                   MUFU.EX2 R5, R3 ;
+        /*0040*/                   MUFU.EX2 R6, R3 ;
+        /*0050*/              @P0  BRA 0x20 ;
+        /*0060*/                   STG.E desc[UR4][R8.64], R5 ;
+        /*0070*/              @!P1 BRA 0x10 ;
+        /*0080*/                   EXIT ;
+        Function : _Z5otherv
+        /*0000*/                   EXIT ;
+"""
+
+
+def test_loops_are_read_from_backward_branches_and_divided_per_element():
+    from gpu_track import sass
+    loops = sass.sass_loops(sass.mamba_function_sass(_SASS, "traitsILi2E"))
+    assert [(lp["start"], lp["end"], lp["count"]) for lp in loops] == [(0x10, 0x70, 7), (0x20, 0x50, 4)]
+    assert loops[1]["ops"] == {"FMUL": 1, "MUFU": 2, "BRA": 1}
+    mix = sass.loop_mix(sass.mamba_function_sass(_SASS, "traitsILi2E"), items=2, states=3)
+    # the state loop, 4 instructions for 2 items; the chunk loop's 3 others shared by 2 items x 3 states
+    assert (mix["state_loop"], mix["chunk_loop"], mix["per_element"]) == (4, 7, round(4 / 2 + 3 / 6, 2))
+    with pytest.raises(ValueError, match="exactly one function"):
+        sass.mamba_function_sass(_SASS, "nothing")
+    with pytest.raises(ValueError, match="no loop with 4 exps"):
+        sass.loop_mix(sass.mamba_function_sass(_SASS, "traitsILi2E"), items=4, states=1)
+
+
+def test_mambas_cuda_scan_counted_like_ours_where_nvcc_and_its_source_are_here():
+    """Compiled with nvcc for sm_90 (no GPU), its state loop does one exp per element and it issues more
+    instructions per element than any config of ours the bench may pick at batch 1 (the stored table says which)."""
+    import shutil
+
+    from gpu_track import peers, sass
+    try:
+        peers.mamba_source()
+    except ImportError as e:
+        pytest.skip(str(e))
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    got = sass.mamba_scan_mix()
+    assert got["mix_per_element"]["MUFU"] == 1.0 and got["warps_per_block"] == 4, got
+    stored = json.load(open(STORED)).get("mamba_selective_scan_cuda")
+    assert stored is not None and stored["per_element"] == got["per_element"], (stored, got)
+
+
+def test_stored_peer_row_issues_more_per_element_than_our_batch1_picks():
+    stored = json.load(open(STORED))
+    peer = stored["mamba_selective_scan_cuda"]
+    ours = {tuple(r["config"]): r["per_element"] for r in stored["selective_scan"]}
+    assert peer["per_element"] > max(ours[(ch, 4, 4, 1)] for ch in (16, 32)), (peer, ours)

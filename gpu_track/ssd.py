@@ -9,7 +9,8 @@ chunks of Q steps. Per chunk, with c = cumsum(Δ·A_h) inside the chunk:
 Three tl.dot's per chunk (Q×N·N×Q, Q×Q·Q×P, P×Q·Q×N and one Q×N·N×P): tensor-core work, the exp and the
 causal mask are the "intra-chunk decay step". The exponents c_t - c_s are segment sums Σ_{s<r≤t} Δ_r·A_h
 (``_segment_sums``), not differences of c, which cancel when one Δ is huge; a masked entry's exponent is 0 or a
-sum of non-positive terms, so nothing overflows.
+sum of non-positive terms, so nothing overflows. The chunk-state kernel needs only the exponents to the chunk's
+end, Σ_{s<r<Q} Δ_r·A_h: a reverse running sum of Δ·A shifted by one step (``_tail_sums``), O(Q) work, as exact.
 
 ``two_pass=True`` is the parallel form (as in Mamba-2's own kernels): every chunk's own end state S_j from a zero
 start (all chunks at once), then the only sequential part, h_end_j = exp(c_Q,j) h_end_{j-1} + S_j, elementwise over
@@ -34,6 +35,14 @@ def _segment_sums(a, ar):
     from step s to step t, summed directly. As c_t - c_s of the running sum it cancels once one step's Δ·A is huge
     (a spike of 1e12 cost 1e-4 relative error); every a <= 0, so a sum of same-signed terms stays accurate."""
     return tl.cumsum(tl.where(ar[:, None] > ar[None, :], a[:, None], 0.0), 0)
+
+
+@triton.jit
+def _tail_sums(a_next):
+    """(Q,) Σ_{s < r < Q} a_r, the exponent of the decay from step s to the chunk's end, from the chunk's log-decays
+    shifted by one step (a_next[s] = a_{s+1}, 0 for the last step): a reverse running sum of same-signed terms, so
+    exact like ``_segment_sums`` at O(Q) work instead of its (Q, Q) tile (the chunk-state kernel needs only this)."""
+    return tl.cumsum(a_next, 0, reverse=True)
 
 
 @triton.jit
@@ -91,17 +100,24 @@ def _ssd_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last
 
 
 @triton.jit
-def _group_head(g, hh, HEADS: tl.constexpr, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE: tl.constexpr):
-    """Head hh of group g, for kernels 1 and 3 (the last group may be partial): its index clamped into range (the
-    addresses stay valid), (Q,) and (BLOCK_P,) masks that are False past H (vectors: the interpreter wants no scalar
-    masks), its Δ over the chunk (0 past L or past H: no decay, no input), c = cumsum(Δ·A_h) and the segment
-    sums of Δ·A_h (``_segment_sums``). Returns (hc, okq, okp, dt, c, seg)."""
+def _group_dt(g, hh, HEADS: tl.constexpr, H, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE: tl.constexpr):
+    """Head hh of group g: its index clamped into range, its (Q,) and (BLOCK_P,) masks (False past H) and its Δ
+    over the chunk (0 past L or past H). Returns (hc, okq, okp, dt)."""
     head = g * HEADS + hh
     hc = tl.minimum(head, H - 1)
     okq = (ar * 0 + head) < H
     okp = (offs_p * 0 + head) < H
+    return hc, okq, okp, tl.load(dt_ptr + row * H + hc, mask=mask_t & okq, other=0.0).to(ACC_DTYPE)
+
+
+@triton.jit
+def _group_head(g, hh, HEADS: tl.constexpr, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE: tl.constexpr):
+    """Head hh of group g, for kernel 3 (the last group may be partial): ``_group_dt`` (its index clamped into range:
+    the addresses stay valid; masks False past H, vectors: the interpreter wants no scalar masks; Δ, 0 past L or
+    past H: no decay, no input), c = cumsum(Δ·A_h) and the segment sums of Δ·A_h (``_segment_sums``).
+    Returns (hc, okq, okp, dt, c, seg)."""
+    hc, okq, okp, dt = _group_dt(g, hh, HEADS, H, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
     a_h = tl.load(A_ptr + hc).to(ACC_DTYPE)
-    dt = tl.load(dt_ptr + row * H + hc, mask=mask_t & okq, other=0.0).to(ACC_DTYPE)
     return hc, okq, okp, dt, tl.cumsum(dt * a_h, 0), _segment_sums(dt * a_h, ar)
 
 
@@ -129,11 +145,15 @@ def _ssd_chunk_state_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, states_ptr, decay_ptr, 
     row = b.to(tl.int64) * L + offs_t
     B_tile = tl.load(B_ptr + row[:, None] * N + offs_n[None, :], mask=mask_t[:, None] & mask_n[None, :], other=0.0)
     for hh in range(HEADS):
-        hc, okq, okp, dt, c, seg = _group_head(g, hh, HEADS, H, A_ptr, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
-        c_last = tl.sum(tl.where(ar == Q - 1, c, 0.0), 0)
+        hc, okq, okp, dt = _group_dt(g, hh, HEADS, H, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
+        a_h = tl.load(A_ptr + hc).to(ACC_DTYPE)
+        # Δ one step later (0 for the chunk's last step and past L): the decay to the chunk's end is a tail sum
+        dt_next = tl.load(dt_ptr + (row + 1) * H + hc, mask=(ar < Q - 1) & (offs_t + 1 < L) & okq,
+                          other=0.0).to(ACC_DTYPE)
+        c_last = tl.sum(dt * a_h, 0)
         x_t = tl.load(x_ptr + (row * H + hc)[None, :] * P + offs_p[:, None],
                       mask=(mask_p & okp)[:, None] & mask_t[None, :], other=0.0)              # (BP, Q) = xᵀ
-        w_t = (x_t.to(ACC_DTYPE) * (dt * tl.exp(_last_row(seg, ar, Q)))[None, :]).to(x_t.dtype)
+        w_t = (x_t.to(ACC_DTYPE) * (dt * tl.exp(_tail_sums(dt_next * a_h)))[None, :]).to(x_t.dtype)
         s = tl.dot(w_t, B_tile, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)     # (BP, BN)
         slot = (b.to(tl.int64) * H + hc) * n_chunks + j
         srow = (slot * P + offs_p)[:, None] * N + offs_n[None, :]

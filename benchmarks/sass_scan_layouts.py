@@ -36,24 +36,33 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
+def _channels(A_ptr, D_ptr, h0_ptr, DM, N, HAS_D: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """This program's channels and what it keeps of them: offsets, masks, the state's offsets, A·log2(e) (exp2 of
+    Δ·that is exp(Δ A)), the state (h0 or zeros) and D (zeros without it). Both kernels start with it."""
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d = offs_d < DM
+    mask_dn = mask_d[:, None] & (offs_n < N)[None, :]
+    dn = offs_d[:, None] * N + offs_n[None, :]
+    a2 = tl.load(A_ptr + dn, mask=mask_dn, other=0.0).to(ACC_DTYPE) * 1.4426950408889634
+    hrow = tl.program_id(0).to(tl.int64) * DM * N + dn
+    h = tl.zeros([BLOCK_D, BLOCK_N], ACC_DTYPE)
+    if HAS_H0:
+        h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
+    d_skip = tl.zeros([BLOCK_D], ACC_DTYPE)
+    if HAS_D:
+        d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    return offs_d, offs_n, mask_d, mask_dn, hrow, a2, h, d_skip
+
+
+@triton.jit
 def scan_time_kernel(x_ptr, dt_ptr, A_ptr, Bt_ptr, Ct_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
                      HAS_D: tl.constexpr, HAS_H0: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
-    LOG2E: tl.constexpr = 1.4426950408889634
     b = tl.program_id(0)
-    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_d, mask_n = offs_d < DM, offs_n < N
-    mask_dn = mask_d[:, None] & mask_n[None, :]
-    dn = offs_d[:, None] * N + offs_n[None, :]
-    a2 = tl.load(A_ptr + dn, mask=mask_dn, other=0.0).to(ACC_DTYPE) * LOG2E
-    hrow = b.to(tl.int64) * DM * N + dn
-    if HAS_H0:
-        h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
-    else:
-        h = tl.zeros([BLOCK_D, BLOCK_N], ACC_DTYPE)
-    if HAS_D:
-        d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    offs_d, offs_n, mask_d, mask_dn, hrow, a2, h, d_skip = _channels(A_ptr, D_ptr, h0_ptr, DM, N, HAS_D, HAS_H0,
+                                                                    BLOCK_D, BLOCK_N, ACC_DTYPE)
     ar = tl.arange(0, CHUNK)
     first = (ar == 0)[None, :]
     last = (ar == CHUNK - 1)[None, :]
@@ -98,22 +107,10 @@ def _inclusive_exclusive(a1, u1, ea1, eu1, a2, u2, ea2, eu2):
 def scan_lanes_kernel(x_ptr, dt_ptr, A_ptr, Bt_ptr, Ct_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
                       HAS_D: tl.constexpr, HAS_H0: tl.constexpr, ITEMS: tl.constexpr, LANES: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
-    LOG2E: tl.constexpr = 1.4426950408889634
     CHUNK: tl.constexpr = ITEMS * LANES
     b = tl.program_id(0)
-    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_d, mask_n = offs_d < DM, offs_n < N
-    mask_dn = mask_d[:, None] & mask_n[None, :]
-    dn = offs_d[:, None] * N + offs_n[None, :]
-    a2 = tl.load(A_ptr + dn, mask=mask_dn, other=0.0).to(ACC_DTYPE) * LOG2E
-    hrow = b.to(tl.int64) * DM * N + dn
-    if HAS_H0:
-        h = tl.load(h0_ptr + hrow, mask=mask_dn, other=0.0).to(ACC_DTYPE)
-    else:
-        h = tl.zeros([BLOCK_D, BLOCK_N], ACC_DTYPE)
-    if HAS_D:
-        d_skip = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(ACC_DTYPE)
+    offs_d, offs_n, mask_d, mask_dn, hrow, a2, h, d_skip = _channels(A_ptr, D_ptr, h0_ptr, DM, N, HAS_D, HAS_H0,
+                                                                    BLOCK_D, BLOCK_N, ACC_DTYPE)
     tt = tl.arange(0, LANES)[None, :] * ITEMS + tl.arange(0, ITEMS)[:, None]        # (ITEMS, LANES) time offsets
     last_item = (tl.arange(0, ITEMS) == ITEMS - 1)[None, :, None]
     last_lane = (tl.arange(0, LANES) == LANES - 1)[None, :]

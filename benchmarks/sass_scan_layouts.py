@@ -57,6 +57,18 @@ def _channels(A_ptr, D_ptr, h0_ptr, DM, N, HAS_D: tl.constexpr, HAS_H0: tl.const
 
 
 @triton.jit
+def _state(n: tl.constexpr, offs_n, a2, h, Bt_ptr, Ct_ptr, b, N, L, offs_t, mask_t, ACC_DTYPE: tl.constexpr):
+    """State n's share of one chunk: its column selector, A·log2(e) and carried state per channel, and B, C over
+    the chunk's steps (time-major, (Bt, N, L), any shape of offs_t)."""
+    sel = (offs_n == n)[None, :]
+    bt_row = (b.to(tl.int64) * N + n) * L + offs_t
+    ok = mask_t & (offs_t * 0 + n < N)
+    return (sel, tl.sum(tl.where(sel, a2, 0.0), 1), tl.sum(tl.where(sel, h, 0.0), 1),
+            tl.load(Bt_ptr + bt_row, mask=ok, other=0.0).to(ACC_DTYPE),
+            tl.load(Ct_ptr + bt_row, mask=ok, other=0.0).to(ACC_DTYPE))
+
+
+@triton.jit
 def scan_time_kernel(x_ptr, dt_ptr, A_ptr, Bt_ptr, Ct_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, L, DM, N,
                      HAS_D: tl.constexpr, HAS_H0: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr):
@@ -80,12 +92,7 @@ def scan_time_kernel(x_ptr, dt_ptr, A_ptr, Bt_ptr, Ct_ptr, D_ptr, h0_ptr, y_ptr,
         else:
             y = tl.zeros([BLOCK_D, CHUNK], ACC_DTYPE)
         for n in tl.static_range(BLOCK_N):                                           # the states one by one
-            sel = (offs_n == n)[None, :]
-            a2n = tl.sum(tl.where(sel, a2, 0.0), 1)
-            hn = tl.sum(tl.where(sel, h, 0.0), 1)
-            bt_row = (b.to(tl.int64) * N + n) * L + offs_t
-            Bn = tl.load(Bt_ptr + bt_row, mask=mask_t & (offs_t * 0 + n < N), other=0.0).to(ACC_DTYPE)
-            Cn = tl.load(Ct_ptr + bt_row, mask=mask_t & (offs_t * 0 + n < N), other=0.0).to(ACC_DTYPE)
+            sel, a2n, hn, Bn, Cn = _state(n, offs_n, a2, h, Bt_ptr, Ct_ptr, b, N, L, offs_t, mask_t, ACC_DTYPE)
             a = tl.exp2(dt * a2n[:, None])
             u = dtx * Bn[None, :]
             u = tl.where(first, a * hn[:, None] + u, u)                              # the carried state folded in
@@ -128,12 +135,7 @@ def scan_lanes_kernel(x_ptr, dt_ptr, A_ptr, Bt_ptr, Ct_ptr, D_ptr, h0_ptr, y_ptr
         else:
             y = tl.zeros([BLOCK_D, ITEMS, LANES], ACC_DTYPE)
         for n in tl.static_range(BLOCK_N):
-            sel = (offs_n == n)[None, :]
-            a2n = tl.sum(tl.where(sel, a2, 0.0), 1)
-            hn = tl.sum(tl.where(sel, h, 0.0), 1)
-            bt_row = (b.to(tl.int64) * N + n) * L + offs_t
-            Bn = tl.load(Bt_ptr + bt_row, mask=mask_t & (offs_t * 0 + n < N), other=0.0).to(ACC_DTYPE)
-            Cn = tl.load(Ct_ptr + bt_row, mask=mask_t & (offs_t * 0 + n < N), other=0.0).to(ACC_DTYPE)
+            sel, a2n, hn, Bn, Cn = _state(n, offs_n, a2, h, Bt_ptr, Ct_ptr, b, N, L, offs_t, mask_t, ACC_DTYPE)
             a = tl.exp2(dt * a2n[:, None, None])
             u = dtx * Bn[None, :, :]
             ac, uc = tl.associative_scan((a, u), 1, scan_combine)                   # each lane's items

@@ -148,6 +148,7 @@ def _ssd_chunk_state_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, states_ptr, decay_ptr, 
         hc, okq, okp, dt = _group_dt(g, hh, HEADS, H, dt_ptr, row, mask_t, ar, offs_p, ACC_DTYPE)
         a_h = tl.load(A_ptr + hc).to(ACC_DTYPE)
         # Δ one step later (0 for the chunk's last step and past L): the decay to the chunk's end is a tail sum
+        # (the inclusive reverse sum minus Δ_s·A would cancel when that one step is huge)
         dt_next = tl.load(dt_ptr + (row + 1) * H + hc, mask=(ar < Q - 1) & (offs_t + 1 < L) & okq,
                           other=0.0).to(ACC_DTYPE)
         c_last = tl.sum(dt * a_h, 0)

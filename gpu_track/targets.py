@@ -10,6 +10,7 @@ fits the GPU. On the H200 it returns the bench's lists unchanged.
     TRITON_INTERPRET=0 python -m gpu_track.targets --compile --out gpu_track/results/targets_compile.json
     TRITON_INTERPRET=0 python -m gpu_track.targets --compile            # the same, printed as a matrix
     TRITON_INTERPRET=0 python -m gpu_track.targets --compile --worst    # recompile each target's largest pick
+    TRITON_INTERPRET=0 python -m gpu_track.targets --sass-ssd           # SSD kernels' sm_90 spills (sass_ssd.json)
 
 Shapes are the bench's (Mamba-2.8B / 2.7B, DeepSeek-V3.2's indexer, 32 query heads of width 128); shared memory
 depends on tiles and dtypes, not on sequence lengths. The stored table describes this Triton's output; another
@@ -252,6 +253,22 @@ def compile_launch(fn, signature: dict, constexprs: dict, cap: int, num_warps: i
                           target=GPUTarget("cuda", cap, 32), options=opts)
 
 
+def ssd_mix(config) -> list:
+    """The SSD kernels one bench config launches (``gpu_track.bench.SSD_CANDIDATES``: chunk, block_p, warps, stages,
+    two_pass, ...), each compiled for sm_90 as the bench's bf16 inputs compile: [{"kernel", "registers",
+    "instructions" (static), "local_loads", "local_stores" (LDL/STL: register spills), "exps" (MUFU), "shared"}].
+    Why: the output kernel's time is far above its byte and FLOP floors; spills are what the profile blamed."""
+    from gpu_track.sass import instruction_mix
+    rows = []
+    for fn, sig, const, nw, ns in launches("ssd_chunked", tuple(config), 90):
+        k = compile_launch(fn, sig, const, 90, nw, ns)
+        ops, regs = instruction_mix(k)
+        rows.append({"kernel": fn.__name__.strip("_"), "registers": regs, "instructions": sum(ops.values()),
+                     "local_loads": ops.get("LDL", 0), "local_stores": ops.get("STL", 0),
+                     "exps": ops.get("MUFU", 0), "shared": int(k.metadata.shared)})
+    return rows
+
+
 def measure(kernel: str, config, cap: int, cache: dict) -> dict:
     """Compile every launch of (kernel, config) for ``cap``: {"ok", "error", "kernels": [{"name", "shared",
     "regs", "spills", "threads"}]}. ``cache`` shares launches that several configs make (the SSD state pass)."""
@@ -393,6 +410,12 @@ def main(argv=None) -> int:
         parts = [json.load(open(p)) for p in argv[i + 2:]]
         with open(argv[i + 1], "w") as fh:
             json.dump(merge(*parts), fh, indent=1, sort_keys=True)
+        return 0
+    if "--sass-ssd" in argv:          # the SSD kernels of every SSD bench candidate for sm_90, as JSON
+        import triton
+        from gpu_track.bench import SSD_CANDIDATES
+        rows = [{"config": list(c[:6]) + [str(c[6])] + list(c[7:]), "kernels": ssd_mix(c)} for c in SSD_CANDIDATES]
+        print(json.dumps({"triton": triton.__version__, "arch": "sm_90", "ssd_chunked": rows}))
         return 0
     if "--compile" not in argv:
         print(__doc__)

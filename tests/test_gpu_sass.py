@@ -98,3 +98,34 @@ def test_stored_peer_row_issues_more_per_element_than_our_batch1_picks():
     peer = stored["mamba_selective_scan_cuda"]
     ours = {tuple(r["config"]): r["per_element"] for r in stored["selective_scan"]}
     assert peer["per_element"] > max(ours[(ch, 4, 4, 1)] for ch in (16, 32)), (peer, ours)
+
+
+SSD_STORED = os.path.join(ROOT, "gpu_track", "results", "sass_ssd.json")
+
+
+def test_stored_ssd_table_covers_every_bench_config_and_matches_this_compiler_at_the_pick():
+    """sass_ssd.json (``python -m gpu_track.targets --sass-ssd``) has a row per SSD bench candidate; at the config the stored
+    bench rows picked, a fresh sm_90 compile gives the stored counts (same Triton), and the chunk-state kernel with
+    8 warps spills nothing (int32 in-tile offsets: with 2-D int64 offsets it spilled)."""
+    from gpu_track import bench
+    stored = json.load(open(SSD_STORED))
+    keys = [list(c[:6]) + [str(c[6])] + list(c[7:]) for c in bench.SSD_CANDIDATES]
+    assert [r["config"] for r in stored["ssd_chunked"]] == keys
+    by = {json.dumps(r["config"]): r["kernels"] for r in stored["ssd_chunked"]}
+    eight = [c for c in bench.SSD_CANDIDATES if c[4] and c[2] == 8]
+    assert all(by[json.dumps(keys[bench.SSD_CANDIDATES.index(c)])][0]["local_loads"] == 0 for c in eight)
+    pick = (128, 64, 4, 1, True, 128, "torch.bfloat16", 1024, 8, 8)           # the stored rows' pick, as stored
+    code = ("import json, sys; from gpu_track import bench, sass, targets; import triton; c = next(c for c in "
+            "bench.SSD_CANDIDATES if list(c[:6]) + [str(c[6])] + list(c[7:]) == json.loads(sys.argv[1])); "
+            "print(json.dumps({'triton': triton.__version__, 'ok': sass.available(), "
+            "'rows': targets.ssd_mix(c) if sass.available() else None}))")
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(list(pick))], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    if not got["ok"]:
+        pytest.skip("this Triton cannot compile for sm_90 here")
+    if got["triton"] != stored["triton"]:
+        pytest.skip(f"stored with Triton {stored['triton']}, this is {got['triton']}")
+    assert got["rows"] == by[json.dumps(list(pick))]

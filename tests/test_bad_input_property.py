@@ -3004,12 +3004,6 @@ for _n in ("hybrid_lab.trained.tasks.mqar", "hybrid_lab.trained.tasks.make_task"
     ROUND2_ALLOW[(_n, "n_pairs", "one_element_array")] = (
         "documented: n_pairs is an int or a list of ints each sequence draws from (a mixture); a one-element array "
         "is the mixture of that one count, the same batch as the plain int", _same_as_the_plain_int(_n, "n_pairs"))
-pending("hybrid_lab.trained.tasks.*", ["batch", "seq_len"], "huge",
-        "cannot be fixed here: trained/tasks.py is a training source (ensemble.TRAINING_SOURCES) hashed into every "
-        "stored checkpoint's code_version, so a size check there fails tests/test_trained_checkpoints.py until the "
-        "checkpoints are retrained (GPU); numpy refuses the (batch, seq_len) allocation with its own ValueError "
-        "('array is too big', naming no argument): no silent number, no other exception. Callers outside the "
-        "training sources check the sizes they pass (report.*_probe_rows(n), dsa.finetune_sparse(batch))")
 ROUND2_ALLOW[("hybrid_lab.trained.tasks.Batch", "targets", "duplicate")] = (
     "targets are the token to predict at each position (-1: none asked, documented), not an index set: a token "
     "id may repeat; the Batch keeps them as given",
@@ -3076,9 +3070,9 @@ def _huge_size_calls():
 
 def _huge_trained_and_widget_calls():
     """The same for hybrid_lab.trained / widgets (also out of CI's round 2): refused before any training step,
-    sequence or figure. trained.tasks' own batch / seq_len are PENDING (a hashed training source)."""
+    sequence or figure; the task generators before their (batch, seq_len) arrays."""
     from hybrid_lab.models.hysparse2 import HySparse2Config
-    from hybrid_lab.trained import dsa, report, sparda
+    from hybrid_lab.trained import dsa, report, sparda, tasks
     from hybrid_lab.widgets import basics, dsa_trained, hysparse as whs
     H = HUGE_SIZE
     m, toks = dense_stack_model(), needle_batch().tokens
@@ -3096,6 +3090,9 @@ def _huge_trained_and_widget_calls():
             ("sparda.position_reads(T)", lambda: sparda.position_reads(H, 1), "T"),
             ("report.mqar_probe_rows(n)", lambda: report.mqar_probe_rows(n=H), "n"),
             ("report.retrieval_probe_rows(n)", lambda: report.retrieval_probe_rows(n=H), "n"),
+            *[(f"tasks.{t}({a})", functools.partial(tasks.make_task, t, **dict(dict(batch=2, seq_len=128, seed=0),
+                                                                             **{a: H})), a)
+              for t in sorted(tasks.TASKS) for a in ("batch", "seq_len")],
             ("widgets.basics.lti_vs_selective(length)", lambda: basics.lti_vs_selective(H, [0]), "length"),
             ("widgets.dsa_trained.plot_recall(seq_len)", lambda: dsa_trained.plot_recall(dsa_res(), 8, H), "seq_len"),
             ("widgets.hysparse.compute_map(L)", lambda: whs.compute_map(HySparse2Config(), H), "L"),

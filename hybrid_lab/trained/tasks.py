@@ -84,7 +84,9 @@ def _empty(B, T):
 
 
 def _args(batch, seq_len, seed):
-    return checks.pos_int("batch", batch), checks.pos_int("seq_len", seq_len), checks.nonneg_int("seed", seed)
+    B, T = checks.pos_int("batch", batch), checks.pos_int("seq_len", seq_len)
+    checks.output_size("batch x seq_len", (B, T))       # before four (B, T) int64 arrays are allocated
+    return B, T, checks.nonneg_int("seed", seed)
 
 
 def mqar(batch: int, seq_len: int, n_pairs, seed: int, power_a: float = 0.01) -> Batch:

@@ -18,6 +18,7 @@ KERNELS = ("sparse_attention", "lightning_indexer", "fa_decode_topk", "selective
            "block_sparse_attention")
 RESULTS = Path(__file__).resolve().parent / "results" / "h200.json"
 SASS = Path(__file__).resolve().parent / "results" / "sass_scan.json"     # python -m gpu_track.sass --json
+SASS_SSD = Path(__file__).resolve().parent / "results" / "sass_ssd.json"  # python -m gpu_track.targets --sass-ssd
 
 # The targets: (kernel, phase, kind, threshold, arg).
 #   "frac_bw": the best row's frac_bw >= threshold (arg: None, or a shape dict the row must match);
@@ -290,6 +291,31 @@ def ssd_limits(res) -> list:
                      f"{m.get('dram_pct_of_peak', float('nan')):.0f}% of peak, {m.get('regs_per_thread', 0):.0f} "
                      f"registers, {m.get('spill_requests', 0):,.0f} local-memory spill requests, occupancy "
                      f"{m.get('achieved_occupancy_pct', float('nan')):.0f}%")
+    return lines
+
+
+SSD_CONFIG_ORDER = ("chunk", "block_p", "num_warps", "num_stages", "two_pass", "block_n_states", "states_dtype",
+                    "pass_block", "pass_chunks", "heads_per_program")
+
+
+def ssd_sass_lines(res, table: dict | None = None) -> list:
+    """The SSD kernels of the config the stored rows picked, as compiled for sm_90 by the current code (the table of
+    ``python -m gpu_track.targets --sass-ssd``, default gpu_track/results/sass_ssd.json): registers, static
+    instructions, local-memory loads (spills). [] without SSD rows or without that config in the table."""
+    table = load_sass(SASS_SSD) if table is None else table
+    rows = _rows(res, "ssd_chunked", "prefill")
+    if not rows or not table:
+        return []
+    cfg = rows[0].get("config") or {}
+    key = [cfg.get(k) for k in SSD_CONFIG_ORDER]
+    by = {json.dumps(r["config"]): r["kernels"] for r in table.get("ssd_chunked", [])}
+    kernels = by.get(json.dumps(key))
+    if kernels is None:
+        return []
+    lines = [f"the picked config compiled for sm_90 now (Triton {table.get('triton')}, static counts):"]
+    for k in kernels:
+        lines.append(f"  {k['kernel']}: {k['registers']} registers, {k['instructions']:,} instructions, "
+                     f"{k['local_loads']:,} local-memory loads (spills)")
     return lines
 
 

@@ -152,3 +152,24 @@ def test_stored_results_explain_every_missed_target():
     if "ssd_chunked" in missed:
         lines = report.ssd_limits(res)
         assert any("_ssd_out_kernel" in x and "spill" in x for x in lines)
+
+
+def test_ssd_sass_lines_read_the_picked_config_from_the_table():
+    cfg = dict(zip(report.SSD_CONFIG_ORDER, (128, 64, 4, 1, True, 128, "torch.bfloat16", 1024, 8, 8)))
+    row = {"kernel": "ssd_chunked", "phase": "prefill", "shape": {"Bt": 1, "L": 100, "H": 2, "P": 5, "N": 3},
+           "ms": 2.0, "bytes": 1.0, "flops": 1, "frac_bw": 0.1, "config": cfg}
+    kern = {"kernel": "ssd_out_kernel", "registers": 255, "instructions": 9224, "local_loads": 851,
+            "local_stores": 1, "exps": 1, "shared": 1}
+    table = {"triton": "3.9.0", "ssd_chunked": [{"config": [128, 64, 8, 1, True, 128, "torch.bfloat16", 1024, 8, 8],
+                                                 "kernels": [dict(kern, instructions=1)]},
+                                                {"config": list(cfg.values()), "kernels": [kern]}]}
+    lines = report.ssd_sass_lines(_fake([row]), table)
+    assert lines[0].startswith("the picked config compiled for sm_90 now (Triton 3.9.0")
+    assert lines[1] == "  ssd_out_kernel: 255 registers, 9,224 instructions, 851 local-memory loads (spills)"
+    assert report.ssd_sass_lines(_fake([dict(row, config=dict(cfg, chunk=64))]), table) == []
+    assert report.ssd_sass_lines(_fake([]), table) == []
+
+
+def test_ssd_config_order_is_the_benchs():
+    from gpu_track import bench
+    assert report.SSD_CONFIG_ORDER == bench.SSD_CONFIG_KEYS

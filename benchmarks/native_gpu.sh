@@ -14,6 +14,8 @@
 #                fla-core from .whl/ and mamba-ssm's source under .devrun/peers/; merge the JSON afterwards with
 #                benchmarks/merge_bench.py
 #
+# What a call must carry (ignored by git, prepared on a CPU machine): notebooks: .whl-nb (nbval, ipykernel and their
+# dependencies); bench: .whl (fla-core) and .devrun/peers (the mamba-ssm sdist, extracted). The other groups: nothing.
 # pytest reads no project config on the machine (-c /dev/null): the repository's addopts name plugins it lacks.
 set -u
 group=${1:?usage: native_gpu.sh GROUP [OUT] (kernels, kernels_a100, sanitizer, notebooks, retrain, bench)}

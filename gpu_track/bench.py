@@ -632,6 +632,11 @@ SSD_CONFIG_KEYS = ("chunk", "block_p", "num_warps", "num_stages", "two_pass", "b
                    "pass_block", "pass_chunks", "heads_per_program")
 
 
+def ssd_config_json(c) -> list:
+    """An SSD candidate as the JSON files store it (the states dtype as its name)."""
+    return list(c[:6]) + [str(c[6])] + list(c[7:])
+
+
 def ssd_rows():
     H, P, N = 80, 64, 128                              # Mamba-2 2.7B: d_inner 5120 = 80 heads x 64, d_state 128
     try:
@@ -672,8 +677,8 @@ def ssd_rows():
             top_two = min((c for c in times if c[4]), key=times.get, default=None)
             top_one = min((c for c in times if not c[4]), key=times.get, default=None)
             top = list(dict.fromkeys(top + [c for c in (top_two, top_one) if c is not None]))
-            RESULT["config"]["ssd_chunked_candidates"] = [list(c[:6]) + [str(c[6])] + list(c[7:]) for c in top]
-            RESULT["config"]["ssd_chunked_sweep_ms"] = [[list(c[:6]) + [str(c[6])] + list(c[7:]), round(t, 4)]
+            RESULT["config"]["ssd_chunked_candidates"] = [ssd_config_json(c) for c in top]
+            RESULT["config"]["ssd_chunked_sweep_ms"] = [[ssd_config_json(c), round(t, 4)]
                                                        for c, t in sorted(times.items(), key=lambda kv: kv[1])]
         per_shape = {}
         for c in top:

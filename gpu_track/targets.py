@@ -413,8 +413,8 @@ def main(argv=None) -> int:
         return 0
     if "--sass-ssd" in argv:          # the SSD kernels of every SSD bench candidate for sm_90, as JSON
         import triton
-        from gpu_track.bench import SSD_CANDIDATES
-        rows = [{"config": list(c[:6]) + [str(c[6])] + list(c[7:]), "kernels": ssd_mix(c)} for c in SSD_CANDIDATES]
+        from gpu_track.bench import SSD_CANDIDATES, ssd_config_json
+        rows = [{"config": ssd_config_json(c), "kernels": ssd_mix(c)} for c in SSD_CANDIDATES]
         print(json.dumps({"triton": triton.__version__, "arch": "sm_90", "ssd_chunked": rows}))
         return 0
     if "--compile" not in argv:

@@ -109,14 +109,14 @@ def test_stored_ssd_table_covers_every_bench_config_and_matches_this_compiler_at
     8 warps spills nothing (int32 in-tile offsets: with 2-D int64 offsets it spilled)."""
     from gpu_track import bench
     stored = json.load(open(SSD_STORED))
-    keys = [list(c[:6]) + [str(c[6])] + list(c[7:]) for c in bench.SSD_CANDIDATES]
+    keys = [bench.ssd_config_json(c) for c in bench.SSD_CANDIDATES]
     assert [r["config"] for r in stored["ssd_chunked"]] == keys
     by = {json.dumps(r["config"]): r["kernels"] for r in stored["ssd_chunked"]}
     eight = [c for c in bench.SSD_CANDIDATES if c[4] and c[2] == 8]
     assert all(by[json.dumps(keys[bench.SSD_CANDIDATES.index(c)])][0]["local_loads"] == 0 for c in eight)
     pick = (128, 64, 4, 1, True, 128, "torch.bfloat16", 1024, 8, 8)           # the stored rows' pick, as stored
     code = ("import json, sys; from gpu_track import bench, sass, targets; import triton; c = next(c for c in "
-            "bench.SSD_CANDIDATES if list(c[:6]) + [str(c[6])] + list(c[7:]) == json.loads(sys.argv[1])); "
+            "bench.SSD_CANDIDATES if bench.ssd_config_json(c) == json.loads(sys.argv[1])); "
             "print(json.dumps({'triton': triton.__version__, 'ok': sass.available(), "
             "'rows': targets.ssd_mix(c) if sass.available() else None}))")
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")

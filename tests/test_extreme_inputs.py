@@ -321,6 +321,21 @@ def test_wrapper_sizes_are_python_or_numpy_integers(rng):
     assert torch.equal(ssd.ssd_chunked(*b.values(), chunk=np.int32(16))[0], ssd.ssd_chunked(*b.values(), chunk=16)[0])
 
 
+def test_ssd_parallel_form_refuses_a_chunk_its_int32_tile_offsets_cannot_address():
+    """The parallel form addresses a chunk's rows of x (Q·H·P) and of B, C (Q·N) with int32 offsets from an int64
+    base: one element past 2^31 - 1 is refused, naming the argument, before anything is launched."""
+    torch = _torch()
+    from gpu_track import ssd
+
+    def args(HP, N):
+        return (torch.zeros(1, 1, 1, HP), torch.zeros(1, 1, 1), torch.zeros(1), torch.zeros(1, 1, N),
+                torch.zeros(1, 1, N))
+    with pytest.raises(ValueError, match=r"^x: one chunk's rows of x \(Q·H·P\) has 2147483648 elements"):
+        ssd.ssd_chunked(*args(2 ** 24, 4), chunk=128, two_pass=True)
+    with pytest.raises(ValueError, match=r"^B: one chunk's rows of B and C \(Q·N\) has 2147483648 elements"):
+        ssd.check_ssd_args(*args(1, 2 ** 24), None, None, 128, 64, True, 64)
+
+
 def test_ssd_wrapper_keeps_float64_b_and_c_with_a_float16_x(rng):
     """float16 x with float64 B, C used to round B, C to float16 (5e-4); the dots now take the widest dtype."""
     torch = _torch()

@@ -2281,7 +2281,28 @@ TABLE[f"{T_}.store.load_checkpoint"] = Entry(lambda r: dict(
 TABLE[f"{T_}.store.list_checkpoints"] = Entry(lambda r: dict(
     root=Custom(ckpt_store()["root"], {"missing": "/nonexistent", "a_number": 3,
                                        "a_file": ckpt_store()["model"] + ".json"}),
-    experiments=Custom(["dsa"], {"a_string": "dsa", "not_names": [3], "a_number": 3})))
+    experiments=Custom(["dsa"], {"a_string": "dsa", "not_names": [3], "a_number": 3}),
+    weights=Custom(True, {"a_string": "yes", "a_number": 1})))
+TABLE[f"{T_}.store.weights_sha256"] = Entry(lambda r: dict(weights=Custom({"w": N(r, 2, 3), "b": N(r, 3)}, {
+    "empty": {}, "not_a_dict": [N(r, 3)], "str_values": {"w": np.array(["1.0"])}, "int_values": {"w": np.arange(3)},
+    "not_an_array": {"w": "w"}, "non_str_name": {3: np.ones(2)}})))
+
+
+@lazy
+def prune_folder():
+    """A model folder with one checkpoint, seed 0: pruning it with keep [0] changes nothing (the baseline call)."""
+    from hybrid_lab.trained import families, store
+    folder = os.path.join(_tmpdir(), "prune", "ablation9", "tiny")
+    store.save_checkpoint(os.path.join(folder, "seed0"), stack_model().weights,
+                          {"experiment": "ablation9", "seed": 0,
+                           "model_config": families.config_to_json(stack_model().cfg)})
+    return folder
+
+
+TABLE[f"{T_}.store.prune_weights"] = Entry(lambda r: dict(
+    folder=Custom(prune_folder(), {"missing": "/nonexistent", "a_number": 3, "no_checkpoints": _tmpdir()}),
+    keep=Custom([0], {"a_string": "0", "floats": [0.0], "bools": [True], "a_number": 0}),
+    probe=Custom(None, {"a_string": "retrieval_probe", "a_number": 3})))
 
 
 # --- trained.families (a stack spec at the table's Stack width)
@@ -2330,15 +2351,18 @@ def report_res():
     def model(settings):
         return {"label": "m", "n_params": 1000, "seeds": [0, 1], "tokens_per_s": [1, 1],
                 "accuracy": {s: {"mean": 0.5, "std": 0.1} for s in settings},
-                "per_seed": {s: [0.4, 0.6] for s in settings}}
+                "per_seed": {s: [0.4, 0.6] for s in settings}, "per_seed_val": {s: [0.95, 0.3] for s in settings}}
     retrieval = ("needle", "needle d=0-16", "needle d=16-64", "needle d=64-128", "local", "needles=4")
+    ablation = sorted({d.better for d in resolve(f"{T_}.report.DIRECTIONS_9")} |
+                      {d.worse for d in resolve(f"{T_}.report.DIRECTIONS_9")})
     return {"mqar": {"models": {m: model(("pairs=2", "pairs=32"))
                                 for m in ("mamba2", "mamba2_hybrid", "dense", "mamba2_N32")}},
             "retrieval": {"models": {m: model(retrieval) for m in ("dense", "hysparse2", "hysparse2_block",
                                                                    "hysparse2_nowindow", "hysparse2_gatedswa",
                                                                    "hysparse2_nobridge")}},
             "retrieval9": {"models": {m: model(retrieval) for m in ("dense_9", "hybrid_swa_9", "hysparse_9",
-                                                                    "hysparse2_9")}}}
+                                                                    "hysparse2_9")}},
+            "ablation9": {"models": {m: model(retrieval) for m in ablation}}}
 
 
 def _map_models(fn):
@@ -2402,6 +2426,14 @@ TABLE[f"{T_}.report.direction_rows"] = Entry(lambda r: dict(
     res=_report_res_cases(), exp=Choice("retrieval"),
     directions=Custom(resolve(f"{T_}.report.DIRECTIONS"), {"empty": (), "not_directions": ("a",),
                                                             "a_direction": resolve(f"{T_}.report.DIRECTIONS")[0]})))
+# ablation_rows decides from the per-seed accuracies (test and validation), not from the mean / std stats
+TABLE[f"{T_}.report.ablation_rows"] = Entry(lambda r: dict(
+    res=_per_seed_res_cases(), exp=Choice("ablation9"),
+    directions=Custom(resolve(f"{T_}.report.DIRECTIONS_9"), {"empty": (), "not_directions": ("a",)}),
+    learn=Choice("needles=4"), level=Real(0.9)))
+allow(f"{T_}.report.ablation_rows", "level", "zero", "level 0: every seed counts as a learner (valid)")
+TABLE[f"{T_}.report.ablation_lines"] = Entry(lambda r: dict(
+    res=Custom({}, {"a_list": [], "a_string": "res"}), exp=Choice("ablation9")))
 TABLE[f"{T_}.report.recovery_state"] = Entry(lambda r: dict(
     res=_report_res_cases(
         no_mamba2={"mqar": {"models": {"dense": report_res()["mqar"]["models"]["dense"]}}},
@@ -2457,6 +2489,16 @@ TABLE[f"{T_}.report.seed_rows"] = Entry(lambda r: dict(
 # TypeError, and an unknown model / unstored seed is refused by store ("path: no checkpoint ...", not the argument).
 TABLE[f"{T_}.report.mqar_probe_rows"] = Entry(lambda r: dict(     # one stored seed, one sequence per pair count
     models=Custom(("dense",), {"empty": (), "not_names": (3,)}), seeds=Fixed((0,)), n=Size(1), root=Fixed(None)))
+@lazy
+def _stored_dense():
+    from hybrid_lab.trained import store
+    return store.load_checkpoint(store.CHECKPOINTS / "retrieval" / "dense" / "seed0")[0]
+
+
+TABLE[f"{T_}.probes.retrieval_summary"] = Entry(lambda r: dict(
+    model=Custom(_stored_dense(), {"a_string": "dense", "a_dict": {"w": np.ones(2)}, "a_config": stack_model().cfg,
+                                   "small_vocab": stack_model()}),
+    n=Size(2)))
 TABLE[f"{T_}.report.retrieval_probe_rows"] = Entry(lambda r: dict(   # one stored model, two needle sequences
     models=Custom(("hysparse2",), {"empty": (), "not_names": (3,)}),
     seed=Custom(0, {"negative": -1, "float": 0.5, "a_string": "0"}), n=Size(2), root=Fixed(None),
@@ -2472,6 +2514,11 @@ TABLE[f"{T_}.stats.first_step"] = Entry(lambda r: dict(eval_steps=IntArr(np.arra
 TABLE[f"{T_}.stats.summarize"] = Entry(lambda r: dict(acc=Seq([0.95, 0.2, 0.91]), steps=Seq([300, 400, 500])))
 TABLE[f"{T_}.stats.compare"] = Entry(lambda r: dict(a=Seq(list(_ACC_A)), b=Seq(list(_ACC_B)), chance=Real(0.3),
                                                     expect=Choice("better"), n_perm=Size(200)))
+TABLE[f"{T_}.stats.compare_learners"] = Entry(lambda r: dict(
+    a=Seq(list(_ACC_A)), b=Seq(list(_ACC_B)),
+    learned_a=Custom([True] * 10, {"ints": [1] * 10, "one_short": [True] * 9, "a_string": "yes"}),
+    learned_b=Custom([True] * 5 + [False] * 5, {"floats": [1.0] * 10, "empty": []}),
+    chance=Real(0.3), expect=Choice("better"), n_perm=Size(200)))
 TABLE[f"{T_}.stats.verdict_from_means"] = Entry(lambda r: dict(better=(0.9, 0.02), worse=(0.5, 0.05),
                                                                expect=Choice("better"), chance=Real(0.3),
                                                                n_seeds=Size(10)))

@@ -60,3 +60,21 @@ def test_a_changed_weight_or_number_fails(tmp_path):
     p.write_text(json.dumps(meta))
     lines, ok = compare(new2, train.CHECKPOINTS, "mqar", ["dense_mha"])
     assert not ok and "number identical 9/10" in lines[0]
+
+
+def test_a_seed_without_weights_is_compared_by_its_fingerprint(tmp_path):
+    """mamba2 keeps seed 0's weights only (store.KEEP_WEIGHTS): a retraining that kept them all matches by the
+    SHA-256 its meta holds, and one changed weight of a pruned seed fails."""
+    from hybrid_lab.trained import store
+
+    compare = _compare()
+    new = _copy(tmp_path, model="mamba2")
+    assert sorted(p.name for p in (new / "mqar" / "mamba2").glob("*.npz")) == ["seed0.npz"]
+    lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["mamba2"])
+    assert ok and "10/10" in lines[0]
+    # the new run kept seed 4's weights (same bits): write them from a twin whose fingerprint is the stored one
+    stored = store.read_meta(train.CHECKPOINTS / "mqar" / "mamba2" / "seed4")
+    w0, _ = store.read_checkpoint(train.CHECKPOINTS / "mqar" / "mamba2" / "seed0")
+    store.save_checkpoint(new / "mqar" / "mamba2" / "seed4", w0, stored)     # seed 0's weights under seed 4
+    lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["mamba2"])
+    assert not ok and "weight identical 9/10" in lines[0]

@@ -17,7 +17,11 @@ from trained_helpers import one_torch_thread  # noqa: E402, F401 (an autouse fix
 from hybrid_lab.trained import families as fam  # noqa: E402
 from hybrid_lab.trained import report, tasks, train  # noqa: E402
 
-CKPTS = train.list_checkpoints()
+CKPTS = train.list_checkpoints()                                   # those with weights
+METAS = train.store.list_checkpoints(experiments=tuple(train.EXPERIMENTS), weights=False)   # every seed
+# Experiments defined but not trained yet (their command needs a GPU session): none of their seeds may be stored,
+# so this list must shrink the day one is trained.
+NOT_TRAINED = {"ablation9"}
 
 
 def _name(p):
@@ -25,9 +29,14 @@ def _name(p):
 
 
 def test_every_experiment_model_and_seed_is_stored():
-    stored = {(p.parent.parent.name, p.parent.name, p.name) for p in CKPTS}
-    want = {(e.name, m, f"seed{s}") for e in train.EXPERIMENTS.values() for m in e.models for s in e.seeds}
+    stored = {(p.parent.parent.name, p.parent.name, p.name) for p in METAS}
+    want = {(e.name, m, f"seed{s}") for e in train.EXPERIMENTS.values() for m in e.models for s in e.seeds
+            if e.name not in NOT_TRAINED}
     assert stored == want
+    # weights are kept for every seed but those store.KEEP_WEIGHTS leaves out (their metas hold a fingerprint)
+    kept = {(p.parent.parent.name, p.parent.name, p.name) for p in CKPTS}
+    assert kept == {k for k in want if train.store.kept_seeds(k[0], k[1]) is None
+                    or int(k[2][4:]) in train.store.kept_seeds(k[0], k[1])}
     assert len({s for e in train.EXPERIMENTS.values() for s in e.seeds}) >= 3
 
 
@@ -44,9 +53,10 @@ def test_checkpoints_are_small_fp16_with_config_seed_log_command():
         assert len(meta["log"]["loss"]) > 10 and meta["log"]["eval"]
         cfg = fam.config_from_json(meta["model_config"])
         assert fam.n_params(cfg) == meta["n_params"]
-    # 43.4 MiB with the 9-layer retrieval experiment (40 MiB before it): the limit stops silent growth, not the
-    # next experiment; raise it only with the experiment that needs it
-    assert total <= 45 * 2 ** 20
+    # the issue's budget: 40 MB for every checkpoint file, weights and metas (store.KEEP_WEIGHTS says which seeds
+    # keep their weights); the repository travels to the GPU machine whole, 64 MiB at most with what it carries
+    everything = sum(p.stat().st_size for p in train.CHECKPOINTS.rglob("*") if p.is_file())
+    assert total < everything <= 40_000_000, (total, everything)
 
 
 @pytest.mark.parametrize("path", CKPTS, ids=_name)
@@ -110,7 +120,7 @@ def test_rescoring_every_checkpoint_from_its_weights_gives_its_stored_accuracy()
         assert max(d.values()) <= _tolerance(p), (_name(p), d)
 
 
-@pytest.mark.parametrize("exp, model, seed", [("mqar", "mamba2_hybrid", 9), ("retrieval", "hysparse2", 1)])
+@pytest.mark.parametrize("exp, model, seed", [("mqar", "mamba2_hybrid", 0), ("retrieval", "hysparse2", 1)])
 def test_numpy_rescoring_gives_the_stored_accuracy(exp, model, seed):
     """numpy float32 on the CPU against torch on the GPU: an answer whose two best logits are within rounding may
     flip; one in 500 is allowed."""
@@ -125,7 +135,7 @@ def test_every_checkpoint_was_trained_by_the_committed_code():
     from hybrid_lab.trained import ensemble
 
     unversioned = set()
-    for p in CKPTS:
+    for p in METAS:
         meta = json.loads(p.with_suffix(".json").read_text())
         if "versions" not in meta:
             unversioned.add(p.parent.parent.name)

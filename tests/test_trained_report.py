@@ -108,3 +108,60 @@ def test_why_hysparse2_9_rows_decide_from_the_per_seed_accuracies_at_the_pick_an
     m2["per_seed"] = dict(m2["per_seed"], needle=[chance + 0.005] * 10)
     flat["retrieval9"]["models"].update(hybrid_swa_9=m, hysparse2_9=m2)
     assert report.why_hysparse2_9_rows(flat, chance)[0][2].startswith(stats.UNTESTABLE)
+
+
+def _ablation_res(learners: dict, acc_learned: dict, n: int = 10) -> dict:
+    """A results dict of the ablation9 experiment: per model, ``learners[m]`` of n seeds learn (validation 4-needle
+    accuracy 0.95 vs 0.3) and score ``acc_learned[m]`` (+ a small per-seed spread) on every test setting; the others
+    0.3."""
+    models = {}
+    for m in {d.better for d in report.DIRECTIONS_9} | {d.worse for d in report.DIRECTIONS_9}:
+        k, top = learners.get(m, 6), acc_learned.get(m, 0.8)
+        test = [min(1.0, top + 0.004 * i) if i < k else 0.3 for i in range(n)]
+        val = [0.95 if i < k else 0.3 for i in range(n)]
+        settings = ("needle", "needles=4", "local")
+        models[m] = {"seeds": list(range(n)), "n_params": 237592,
+                     "per_seed": {s: list(test) for s in settings}, "per_seed_val": {s: list(val) for s in settings},
+                     "accuracy": {s: {"mean": float(np.mean(test)), "std": float(np.std(test))} for s in settings}}
+    return {"ablation9": {"models": models}}
+
+
+def test_ablation_rows_compare_the_learners_only():
+    res = _ablation_res({"hysparse2_9_block": 5}, {"hysparse2_9": 0.85, "hysparse2_9_block": 0.6})
+    rows = {r[0]: r for r in report.ablation_rows(res, chance={"needles=4": 0.25})}
+    token = rows[report.DIRECTIONS_9[0].name]
+    assert token[1] == "hysparse2_9: 6/10 learned, 0.86" and token[2] == "hysparse2_9_block: 5/10 learned, 0.61"
+    assert token[3] == "reproduced"
+    # the learner is decided on validation: a seed at 0.3 there never counts, whatever its test accuracy
+    few = _ablation_res({"hysparse2_9_nowindow": 3}, {})
+    assert report.ablation_rows(few)[1][3] == "untestable here: fewer than 5 seeds learned"
+    top = _ablation_res({}, {m: 0.995 for m in few["ablation9"]["models"]})
+    assert report.ablation_rows(top)[2][3] == "untestable here: both at ceiling"
+
+
+def test_ablation_rows_refuse_bad_arguments():
+    res = _ablation_res({}, {})
+    with pytest.raises(ValueError, match="exp"):
+        report.ablation_rows(res, exp="retrieval9")
+    with pytest.raises(ValueError, match="directions"):
+        report.ablation_rows(res, directions=())
+    with pytest.raises(ValueError, match="chance"):
+        report.ablation_rows(res, chance=0.25)
+    with pytest.raises(ValueError, match="level"):
+        report.ablation_rows(res, level=1.5)
+    with pytest.raises(ValueError, match="setting"):
+        report.ablation_rows(res, learn="needles=8")
+
+
+def test_ablation_lines_say_not_trained_then_print_the_table():
+    lines = report.ablation_lines({})
+    assert lines[0].startswith("ablation9: 5 models x 20 seeds") and "1.5% apart" in lines[0]
+    assert lines[1].startswith("not trained yet: hybrid-lab train ablation9")
+    res = _ablation_res({"hysparse2_9_block": 5}, {"hysparse2_9": 0.85, "hysparse2_9_block": 0.6})
+    lines = report.ablation_lines(res)
+    assert lines[1].startswith("chance / plateau lines: needles=4 0.250, needle 0.387")
+    assert len(lines) == 2 + 4 * len(report.DIRECTIONS_9) and lines[4] == "    verdict: reproduced"
+    with pytest.raises(ValueError, match="exp"):
+        report.ablation_lines({}, exp="gpt")
+    with pytest.raises(ValueError, match="res"):
+        report.ablation_lines([])

@@ -281,3 +281,61 @@ def test_messages_say_what_was_expected_and_given():
         stats.summarize(GOOD, level=0)
     with pytest.raises(ValueError, match=r"steps must have one entry per seed of acc \(2\), got 1"):
         stats.summarize(GOOD, steps=[3])
+
+
+# ------------------------------------------------------------------------------------------------- learners only
+_LEARN_A = [0.80, 0.82, 0.85, 0.81, 0.79, 0.30, 0.30, 0.31, 0.30, 0.29]
+_LEARN_B = [0.60, 0.62, 0.61, 0.59, 0.63, 0.30, 0.30, 0.31, 0.30, 0.29]
+
+
+def _mask(acc):
+    return [x > 0.5 for x in acc]
+
+
+def test_compare_learners_compares_only_the_seeds_that_learned():
+    out = stats.compare_learners(_LEARN_A, _LEARN_B, _mask(_LEARN_A), _mask(_LEARN_B))
+    assert out["verdict"] == "reproduced"
+    assert out["learned_a"]["k"] == out["learned_b"]["k"] == 5
+    assert out["learned_a"]["acc"] == pytest.approx(np.mean(_LEARN_A[:5]))
+    assert out["diff"] == pytest.approx(np.mean(_LEARN_A[:5]) - np.mean(_LEARN_B[:5]))
+    assert out["p"] == pytest.approx(2 / 252)                  # every split of 5 vs 5: the two extremes
+    assert (out["learned_a"]["lo"], out["learned_a"]["hi"]) == pytest.approx(stats.wilson(5, 10))
+    # over all seeds the same data is a mean difference of 0.1, which counts the non-learners too
+    assert stats.compare(_LEARN_A, _LEARN_B)["diff"] == pytest.approx(out["diff"] / 2)
+
+
+def test_compare_learners_is_untestable_with_too_few_learners():
+    few = [True] * 4 + [False] * 6
+    out = stats.compare_learners(_LEARN_A, _LEARN_B, _mask(_LEARN_A), few)
+    assert out["verdict"] == "untestable here: fewer than 5 seeds learned"
+    assert "4 of 10" in out["reason"] and np.isnan(out["p"])
+    assert stats.compare_learners(_LEARN_A, _LEARN_B, _mask(_LEARN_A), few, min_learners=4)["verdict"] == "reproduced"
+    none = stats.compare_learners(_LEARN_A, _LEARN_B, [False] * 10, [False] * 10)
+    assert np.isnan(none["learned_a"]["acc"]) and none["learned_a"]["hi"] < 0.35
+
+
+def test_compare_learners_keeps_the_ceiling_and_plateau_rules():
+    top = [1.0] * 6 + [0.3] * 4
+    assert stats.compare_learners(top, top, _mask(top), _mask(top))["verdict"] == "untestable here: both at ceiling"
+    flat = [0.26, 0.27, 0.25, 0.26, 0.28, 0.1, 0.1, 0.1, 0.1, 0.1]
+    out = stats.compare_learners(flat, flat, [True] * 5 + [False] * 5, [True] * 5 + [False] * 5, chance=0.25)
+    assert out["verdict"] == "untestable here: both at chance / on the plateau"
+    same = stats.compare_learners(_LEARN_A, _LEARN_A, _mask(_LEARN_A), _mask(_LEARN_A), "same")
+    assert same["verdict"].startswith(("reproduced", stats.UNTESTABLE)) and same["interval"] is not None
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(learned_a=[True] * 9), "learned_a"),                  # one per seed
+    (dict(learned_b=[1] * 10), "learned_b"),                    # bools, not ints
+    (dict(learned_a=np.ones(10)), "learned_a"),                 # a float array
+    (dict(learned_a="yes"), "learned_a"),
+    (dict(min_learners=0), "min_learners"),
+    (dict(chance=1.0), "chance"),
+    (dict(alpha=0.0), "alpha"),
+    (dict(expect="worse"), "expect"),
+    (dict(a=[0.5] * 9 + [1.5]), "a[9]"),
+])
+def test_bad_compare_learners(kwargs, name):
+    args = dict(dict(a=_LEARN_A, b=_LEARN_B, learned_a=_mask(_LEARN_A), learned_b=_mask(_LEARN_B)), **kwargs)
+    with pytest.raises(ValueError, match=re.escape(name)):
+        stats.compare_learners(**args)

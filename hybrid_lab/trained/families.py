@@ -129,6 +129,15 @@ SPECS = {s.name: s for s in [
               "HySparse: 3 x (FA, SA, SA); 2 blocks of 8 + own SWA window 8"),
     ModelSpec("hysparse2_9", "hysparse2", dict(_HS2, self_swa_before=2, self_swa_after=2, cross_layers=4),
               "HySparse2: SWA, SWA, FA, SWA, SWA | FA, SA, FA, SA; window 8 + top-16 tokens"),
+    # the paper's ablation directions in the 9-layer order (train.EXPERIMENTS "ablation9", a task with headroom): each
+    # one change from hysparse2_9, at its budget of 24 positions per sparse query
+    *[ModelSpec(f"hysparse2_9_{name}", "hysparse2",
+                dict(_HS2, self_swa_before=2, self_swa_after=2, cross_layers=4, **kw), f"HySparse2 (9 layers), {label}")
+      for name, kw, label in (
+          ("block", dict(select="block", select_block=8), "block-level selection (2 blocks of 8)"),
+          ("nowindow", dict(window=0, topk=24), "no forced window (top-24)"),
+          ("gatedswa", dict(window=0, topk=16, cross_swa_window=8), "gated SWA branch with own KV (window 8) + top-16"),
+          ("nobridge", dict(bridging=False), "without bridging: each cross FA projects its own KV"))],
 ]}
 
 

@@ -36,10 +36,10 @@ from hybrid_lab.models import hysparse as hs1
 from hybrid_lab.models.hysparse import HySparse
 from hybrid_lab.models.hysparse2 import HySparse2
 from hybrid_lab.models.stack import Stack
-from hybrid_lab.trained import tasks
+from hybrid_lab.trained import families, tasks
 
-__all__ = ["BRANCHES", "layer_names", "cross_fa_layers", "attention_probs", "previous_token_scores", "mqar_value_positions", "needle_mass",
-           "answer_breakdown"]
+__all__ = ["BRANCHES", "layer_names", "cross_fa_layers", "attention_probs", "previous_token_scores",
+           "mqar_value_positions", "needle_mass", "answer_breakdown", "retrieval_summary", "SUMMARY_KEYS"]
 
 BRANCHES = ("main", "local")
 MODELS = (Stack, HySparse, HySparse2)
@@ -431,3 +431,31 @@ def answer_breakdown(logits, batch, kind) -> dict:
     return {"n": n, "correct": right / n, "other_candidate": cand / n, "other": (wrong - cand) / n,
             "wrong_other_candidate": cand / wrong if wrong else float("nan"),
             "chance_pick_any": float(np.mean(chance)), "mean_candidates": float(np.mean(n_cand))}
+
+
+SUMMARY_KEYS = ("correct", "wrong_other", "chance", "asked", "other", "top1_asked", "prev", "where")
+
+
+def retrieval_summary(model, n: int = 32) -> dict:
+    """What the probes measure on one trained retrieval model (numpy, any family), on ``n`` held-out needle
+    sequences of 128 tokens (1-4 needles): {"correct": needle accuracy, "wrong_other": share of the wrong answers
+    that are another needle's value, "chance": the pick-any line, "asked": the global layer's attention mass on the
+    asked needle, "other": mean mass on each other needle, "top1_asked": share of answers whose most-attended needle
+    is the asked one, "prev": the best previous-token score over layers and heads, "where": "attn" (a stack's
+    attention layers) or "cross FA"}. Stored in the meta of a seed whose weights are not kept (store.prune_weights)."""
+    if not isinstance(model, (Stack, HySparse, HySparse2)):
+        raise ValueError(f"model must be a numpy model (Stack, HySparse or HySparse2), got {type(model).__name__}")
+    if model.cfg.vocab < tasks.VOCAB:
+        raise ValueError(f"model must read the tasks' vocabulary of {tasks.VOCAB} tokens (a trained model), got "
+                         f"vocab {model.cfg.vocab}")
+    n = checks.pos_int("n", n)
+    checks.output_size("n (n held-out sequences of 128 tokens)", (n, 128))
+    b = tasks.needles(n, 128, (1, 2, 3, 4), seed=tasks.EVAL_SEED + 801)
+    lg = families.numpy_logits(model, b.tokens)
+    br = answer_breakdown(lg, b, tasks.KIND_NEEDLE)
+    mass = needle_mass(model, b)
+    prev = previous_token_scores(model, b.tokens)
+    return {"correct": float(br["correct"]), "wrong_other": float(br["wrong_other_candidate"]),
+            "chance": float(br["chance_pick_any"]), "asked": float(mass["asked"]), "other": float(mass["other"]),
+            "top1_asked": float(mass["top1_asked"]), "prev": float(np.nanmax(prev)),
+            "where": "attn" if isinstance(model, Stack) else "cross FA"}

@@ -21,9 +21,10 @@ from hybrid_lab.core import checks
 from hybrid_lab.trained import families as fam
 from hybrid_lab.trained import stats
 
-__all__ = ["RESULTS", "load_results", "acc", "fmt", "table", "Direction", "DIRECTIONS", "verdict", "direction_rows",
-           "recovery_state", "ledger_rows", "why_hybrids_rows", "why_hysparse2_rows", "why_hysparse2_9_rows", "per_seed", "seed_rows",
-           "mqar_chance", "pick_any_chance", "mqar_probe_rows", "retrieval_probe_rows", "LEVEL"]
+__all__ = ["RESULTS", "load_results", "acc", "fmt", "table", "Direction", "DIRECTIONS", "DIRECTIONS_9", "verdict",
+           "direction_rows", "ablation_rows", "ablation_lines", "recovery_state", "ledger_rows", "why_hybrids_rows",
+           "why_hysparse2_rows", "why_hysparse2_9_rows", "per_seed", "seed_rows", "mqar_chance", "pick_any_chance",
+           "mqar_probe_rows", "retrieval_probe_rows", "LEVEL"]
 
 RESULTS = Path(__file__).resolve().parent / "checkpoints" / "results.json"
 MIN_NOISE = 0.01
@@ -180,6 +181,12 @@ DIRECTIONS = (
 )
 
 
+# The same directions on the task with headroom (train.EXPERIMENTS "ablation9"), between the 9-layer variants
+DIRECTIONS_9 = tuple(Direction(d.name, d.better.replace("hysparse2", "hysparse2_9"),
+                               d.worse.replace("hysparse2", "hysparse2_9"), d.setting, d.expect, d.reported)
+                     for d in DIRECTIONS)
+
+
 def verdict(better: tuple, worse: tuple, expect: str = "better", chance=None, ceiling: float = 0.99,
             n_seeds=None) -> str:
     """better, worse: (mean, std) of the two models (accuracies in [0, 1]); expect: "better" or "same"; chance: the
@@ -275,16 +282,21 @@ def seed_rows(res: dict, exp: str, models, settings, learn: str, level: float = 
     return rows
 
 
-def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS, chance: dict | None = None) -> list:
-    """Rows [direction, ours (better), ours (worse), verdict, reported] for the ablation table, the verdict from
-    :func:`stats.compare` on the per-seed accuracies. directions: a non-empty sequence of :class:`Direction`;
-    chance: {setting: chance / plateau line} (None: no line)."""
+def _direction_args(res, exp, directions, chance) -> None:
+    """The checks direction_rows and ablation_rows share: exp in res, the directions, the chance lines."""
     _models(res, exp)
     if not isinstance(directions, (list, tuple)) or not directions \
             or not all(isinstance(d, Direction) for d in directions):
         raise ValueError(f"directions must be a non-empty sequence of report.Direction, got {directions!r:.200}")
     if chance is not None and not isinstance(chance, dict):
         raise ValueError(f"chance must be None or a dict setting -> chance line, got {type(chance).__name__}")
+
+
+def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS, chance: dict | None = None) -> list:
+    """Rows [direction, ours (better), ours (worse), verdict, reported] for the ablation table, the verdict from
+    :func:`stats.compare` on the per-seed accuracies. directions: a non-empty sequence of :class:`Direction`;
+    chance: {setting: chance / plateau line} (None: no line)."""
+    _direction_args(res, exp, directions, chance)
     rows = []
     for d in directions:
         b, w = acc(res, exp, d.better, d.setting), acc(res, exp, d.worse, d.setting)
@@ -295,6 +307,57 @@ def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS, cha
                               d.expect, level=LEVEL, chance=(chance or {}).get(d.setting))["verdict"]
         rows.append([d.name, f"{d.better}: {fmt(*b[:2])}", f"{d.worse}: {fmt(*w[:2])}", v, d.reported])
     return rows
+
+
+def ablation_rows(res: dict, exp: str = "ablation9", directions=DIRECTIONS_9, learn: str = "needle",
+                  chance: dict | None = None, level: float = LEVEL) -> list:
+    """Rows [direction, better, worse, verdict, reported] of an ablation compared among the seeds that learned
+    (:func:`stats.compare_learners`): a seed learned when its VALIDATION accuracy on ``learn`` is >= ``level``, and
+    the compared accuracies are the TEST ones on the direction's setting. The better / worse cells read "model: k/n
+    learned, acc among them". chance: {setting: chance / plateau line} (None: no line)."""
+    _direction_args(res, exp, directions, chance)
+    level = checks.number_in("level", level, 0.0, 1.0)
+    rows = []
+    for d in directions:
+        learned = [[v >= level for v in per_seed(res, exp, m, learn, split="val")] for m in (d.better, d.worse)]
+        out = stats.compare_learners(per_seed(res, exp, d.better, d.setting), per_seed(res, exp, d.worse, d.setting),
+                                     learned[0], learned[1], d.expect, chance=(chance or {}).get(d.setting))
+        cells = []
+        for m, sh in ((d.better, out["learned_a"]), (d.worse, out["learned_b"])):
+            among = "-" if sh["k"] == 0 else f"{sh['acc']:.2f}"
+            cells.append(f"{m}: {sh['k']}/{sh['n']} learned, {among}")
+        rows.append([d.name, *cells, out["verdict"], d.reported])
+    return rows
+
+
+def ablation_lines(res: dict, exp: str = "ablation9") -> list:
+    """Notebook 10's table of the ablation experiment, as printed lines: the plan (models, parameters from their
+    configs, seeds, tokens) and, once ``exp`` is in ``res``, :func:`ablation_rows` with the chance lines (1/4 on 4
+    needles, the pick-any line of the mixed set) and each model's share of seeds that learned; until then a line
+    saying it is not trained yet and the command that trains it."""
+    from hybrid_lab.trained import tasks, train
+
+    if not isinstance(res, dict):
+        raise ValueError(f"res must be the dict of results.json (load_results()), got {type(res).__name__}")
+    if not isinstance(exp, str) or exp not in train.EXPERIMENTS:
+        raise ValueError(f"exp must be an experiment of train.EXPERIMENTS ({', '.join(train.EXPERIMENTS)}), got "
+                         f"{exp!r}")
+    e = train.EXPERIMENTS[exp]
+    params = {m: fam.n_params(train.model_config(e, m, 0)) for m in e.models}
+    lines = [f"{exp}: {len(e.models)} models x {len(e.seeds)} seeds, lr {', '.join(f'{lr:g}' for lr in e.lrs)}, "
+             f"{e.steps} steps of {e.batch} x {e.seq_len} tokens ({e.steps * e.batch * e.seq_len:,} tokens each); "
+             f"parameters {min(params.values()):,}-{max(params.values()):,} "
+             f"({max(params.values()) / min(params.values()) - 1:.1%} apart)"]
+    if exp not in res:
+        return lines + [f"not trained yet: hybrid-lab train {exp} --jobs 3 (one GPU; the table appears here once "
+                        f"results.json has it)"]
+    mix = train.eval_sets(e)["mix"]
+    chance = {"needles=4": 0.25, "needle": pick_any_chance(mix, tasks.KIND_NEEDLE)}
+    lines.append("chance / plateau lines: " + ", ".join(f"{k} {v:.3f}" for k, v in chance.items()))
+    for name, better, worse, verdict_, reported in ablation_rows(res, exp, chance=chance):
+        lines += [f"- {name}", f"    measured: {better}  vs  {worse}", f"    verdict: {verdict_}",
+                  f"    reported: {reported}"]
+    return lines
 
 
 def recovery_state(res: dict, setting: str = "pairs=32", exp: str = "mqar", level: float = 0.9):
@@ -525,33 +588,33 @@ def mqar_probe_rows(models=("dense",), seeds=None, n: int = 8, root=None) -> lis
     return rows
 
 
+
+
 def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2"), seed: int = 0, n: int = 32,
                          root=None, exp: str = "retrieval") -> list:
     """Per model (one seed) of the retrieval experiment ``exp`` ("retrieval": 4 layers; "retrieval9": the 9-layer
-    one), on ``n`` held-out needle sequences (1-4 needles):
-    [model, needle accuracy, share of the wrong answers that are another needle's value, the pick-any chance line,
-    cross FA mass on the asked needle, mean mass on each other needle, share of answers whose most-attended needle
-    is the asked one, the best previous-token score over layers and heads]."""
-    from hybrid_lab.models.stack import Stack
-    from hybrid_lab.trained import families, probes, store, tasks
+    one; "ablation9"), :func:`probes.retrieval_summary` as a row: [model, needle accuracy, share of the wrong answers that are
+    another needle's value, the pick-any chance line, cross FA mass on the asked needle, mean mass on each other
+    needle, share of answers whose most-attended needle is the asked one, the best previous-token score over layers
+    and heads, where]. A seed whose weights were not kept (store.KEEP_WEIGHTS) gives the numbers its meta stored."""
+    from hybrid_lab.trained import probes, store
 
     root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
     n = checks.pos_int("n", n)
     checks.output_size("n (n held-out sequences of 128 tokens)", (n, 128))
-    b = tasks.needles(n, 128, (1, 2, 3, 4), seed=tasks.EVAL_SEED + 801)
-    rows = []
     seed = checks.nonneg_int("seed", seed)
-    if not isinstance(exp, str) or not exp.startswith("retrieval"):
-        raise ValueError(f"exp must name a retrieval experiment ('retrieval' or 'retrieval9'), got {exp!r}")
+    if not isinstance(exp, str) or not (exp.startswith("retrieval") or exp == "ablation9"):
+        raise ValueError(f"exp must name a retrieval experiment ('retrieval', 'retrieval9' or 'ablation9'), got "
+                         f"{exp!r}")
+    rows = []
     for m in _names("models", list(models) if isinstance(models, (list, tuple)) else models):
-        if not (root / exp / m / f"seed{seed}.npz").exists():
+        path = root / exp / m / f"seed{seed}"
+        if path.with_suffix(".npz").exists():
+            pr = probes.retrieval_summary(store.load_checkpoint(path)[0], n)
+        elif path.with_suffix(".json").exists() and "probe" in (meta := json.loads(path.with_suffix(".json")
+                                                                                     .read_text())):
+            pr = meta["probe"]                       # measured with the default n before the weights were dropped
+        else:
             raise ValueError(f"models / seed: no {exp} checkpoint {m!r} seed {seed} under {root}")
-        model, _ = store.load_checkpoint(root / exp / m / f"seed{seed}")
-        lg = families.numpy_logits(model, b.tokens)
-        br = probes.answer_breakdown(lg, b, tasks.KIND_NEEDLE)
-        mass = probes.needle_mass(model, b)
-        prev = probes.previous_token_scores(model, b.tokens)
-        rows.append([m, br["correct"], br["wrong_other_candidate"], br["chance_pick_any"], mass["asked"],
-                     mass["other"], mass["top1_asked"], float(np.nanmax(prev)),
-                     "attn" if isinstance(model, Stack) else "cross FA"])
+        rows.append([m] + [pr[k] for k in probes.SUMMARY_KEYS])
     return rows

@@ -19,9 +19,11 @@ import numpy as np
 
 from hybrid_lab.core import checks
 
-__all__ = ["wilson", "first_step", "summarize", "compare", "verdict_from_means"]
+__all__ = ["wilson", "first_step", "summarize", "compare", "compare_learners", "verdict_from_means"]
 
 EXPECT = ("better", "same")
+MIN_LEARNERS = 5                # compare_learners: fewer seeds that learned on a side decide nothing (with 4 vs 4 the
+                                # smallest two-sided permutation p is 2/70 = 0.029; with 3 vs 3 it is 0.1)
 PLATEAU_MARGIN = 0.05           # a seed within this of the chance line has not left the plateau
 N_BOOT = 10_000                 # bootstrap resamples of the "same" interval
 UNTESTABLE = "untestable here: "
@@ -254,6 +256,59 @@ def compare(a, b, expect="better", level=0.9, chance=None, ceiling=0.99, min_see
                        f"needed")
     out["verdict"], out["reason"] = decided
     return {k: out[k] for k in ("verdict", "reason", "diff", "p", "interval", "summary_a", "summary_b")}
+
+
+def _mask(name: str, values, n: int) -> np.ndarray:
+    """n booleans (a list, tuple or 1-D bool array): which seeds learned."""
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1 or values.dtype != np.bool_:
+            raise ValueError(f"{name} must be a 1-D bool array (one per seed), got shape {values.shape} dtype "
+                             f"{values.dtype}")
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, (bool, np.bool_)) for v in values):
+        raise ValueError(f"{name} must be a list of True / False, one per seed (did it learn?), got {values!r:.80}")
+    if len(values) != n:
+        raise ValueError(f"{name} must have one entry per seed ({n}), got {len(values)}")
+    return np.asarray(values, dtype=bool)
+
+
+def compare_learners(a, b, learned_a, learned_b, expect="better", min_learners=MIN_LEARNERS, chance=None,
+                     ceiling=0.99, tol=0.05, alpha=0.05, n_perm=20000, seed=0) -> dict:
+    """Decide a claim from the seeds that LEARNED the task only (an ablation between two models that each learn in
+    some seeds and not in others: a difference of means over all seeds would mostly count who learned).
+
+    a, b: per-seed accuracies on the compared setting; learned_a, learned_b: one bool per seed, whether it learned
+    (decided on another setting or split than the one compared, e.g. validation accuracy on 4 needles). Untestable
+    with fewer than ``min_learners`` learners on a side; otherwise :func:`compare` on the learners' accuracies
+    (at least ``min_learners`` each; its ceiling / plateau / noise rules). Returns compare's keys with the summaries
+    replaced by ``learned_a`` / ``learned_b``: {"k", "n", "lo", "hi" (Wilson 95%), "acc" (mean over learners, NaN
+    if none)}."""
+    a, b = _accs("a", a), _accs("b", b)
+    la, lb = _mask("learned_a", learned_a, a.size), _mask("learned_b", learned_b, b.size)
+    _expect(expect)
+    min_learners = checks.pos_int("min_learners", min_learners)
+    _chance(chance)                                 # compare's own checks, also where it is not reached
+    _frac("ceiling", ceiling, lo_open=True)
+    _frac("tol", tol, lo_open=True, hi_open=True)
+    _frac("alpha", alpha, lo_open=True, hi_open=True)
+    checks.pos_int("n_perm", n_perm)
+    checks.nonneg_int("seed", seed)
+    shares = {}
+    for key, acc, mask in (("learned_a", a, la), ("learned_b", b, lb)):
+        k = int(mask.sum())
+        lo, hi = wilson(k, mask.size)
+        shares[key] = {"k": k, "n": int(mask.size), "lo": lo, "hi": hi,
+                       "acc": float(acc[mask].mean()) if k else math.nan}
+    ka, kb = shares["learned_a"]["k"], shares["learned_b"]["k"]
+    if min(ka, kb) < min_learners:
+        return dict({"verdict": f"{UNTESTABLE}fewer than {min_learners} seeds learned",
+                     "reason": f"{ka} of {a.size} and {kb} of {b.size} seeds learned; comparing the learners needs "
+                               f"at least {min_learners} on each side",
+                     "diff": math.nan, "p": math.nan, "interval": None}, **shares)
+    # every seed passed here learned (the masks say so): compare's own "learned" check is made vacuous (level ~ 0)
+    out = compare(a[la], b[lb], expect, level=1e-12, chance=chance, ceiling=ceiling, min_seeds=min_learners,
+                  tol=tol, alpha=alpha, n_perm=n_perm, seed=seed)
+    return dict({k: out[k] for k in ("verdict", "reason", "diff", "p", "interval")}, **shares)
 
 
 def verdict_from_means(better, worse, expect="better", chance=None, ceiling=0.99, n_seeds=None,

@@ -9,6 +9,14 @@
 # Then: python3 benchmarks/compare_checkpoints.py OUT/EXP_M EXP (one per model: weights and recorded numbers
 # against the stored ones). Measured on one H200: 11 at once need more than its 140 GB; 5 at once under MPS
 # (hysparse_9, hybrid_swa_9, dense_mha, mamba2_N32, mamba2_N64) finished 4 in 495-536 s, hysparse_9 not in 545 s.
+#
+# The ablation experiment (defined, not trained yet): its five 20-member ensembles in two calls, three models then
+# two (retrieval9's 20-member ensembles took 346-428 s three or four at once):
+#   RETRAIN_ONLY="ablation9:hysparse2_9 ablation9:hysparse2_9_block ablation9:hysparse2_9_nowindow" \
+#     bash benchmarks/retrain_gpu.sh "$OUT/a" 560
+#   RETRAIN_ONLY="ablation9:hysparse2_9_gatedswa ablation9:hysparse2_9_nobridge" bash benchmarks/retrain_gpu.sh "$OUT/b" 560
+# Each model's folder holds metas only (store.KEEP_WEIGHTS: no ablation9 weights are kept): tar them for the trip
+# back, copy OUT/ablation9_M/ablation9/M into hybrid_lab/trained/checkpoints/ablation9/, then train.aggregate().
 set -u
 out=${1:?usage: retrain_gpu.sh OUT [DEADLINE_S] [EXTRA TRAIN ARGS...]}
 deadline=${2:-540}

@@ -2276,6 +2276,10 @@ TABLE[f"{T_}.store.save_checkpoint"] = Entry(lambda r: dict(
         "complex_values": {"w": np.ones(2, complex)}, "not_an_array": {"w": "w"}, "non_str_name": {3: np.ones(2)}}),
     meta=Custom({"experiment": "x", "seed": 0}, {"not_a_dict": [1], "not_json": {"x": object()}})))
 TABLE[f"{T_}.store.read_checkpoint"] = Entry(lambda r: dict(path=_ckpt_cases("model"), dtype=Choice("float32")))
+TABLE[f"{T_}.store.read_meta"] = Entry(lambda r: dict(path=_ckpt_cases("model")))
+TABLE[f"{T_}.store.kept_seeds"] = Entry(lambda r: dict(
+    experiment=Custom("mqar", {"empty": "", "a_number": 3, "none": None}),
+    model=Custom("mamba2", {"empty": "", "a_list": ["mamba2"]})))
 TABLE[f"{T_}.store.load_checkpoint"] = Entry(lambda r: dict(
     path=_ckpt_cases("model", a_dsa_checkpoint=ckpt_store()["dsa"]), dtype=Choice("float32")))
 TABLE[f"{T_}.store.list_checkpoints"] = Entry(lambda r: dict(

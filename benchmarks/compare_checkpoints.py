@@ -23,14 +23,6 @@ def _stable(d):
     return out
 
 
-def _fingerprint(folder: Path, seed: int) -> str:
-    """The SHA-256 of a seed's fp16 weights: from its .npz, or from its meta where the weights were not kept."""
-    path = folder / f"seed{seed}"
-    if path.with_suffix(".npz").exists():
-        return store.weights_sha256(store.read_checkpoint(path)[0])
-    return json.loads(path.with_suffix(".json").read_text()).get("weights_sha256", "no weights, no fingerprint")
-
-
 def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
     lines, ok = [], True
     new_res = json.loads((new / "results.json").read_text())[exp]
@@ -40,7 +32,8 @@ def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
         w = j = 0
         codes = set()
         for s in seeds:                    # weights bit for bit, by fingerprint where a side kept only its meta
-            w += _fingerprint(new / exp / model, s) == _fingerprint(stored / exp / model, s)
+            w += store.fingerprint(new / exp / model / f"seed{s}") == \
+                store.fingerprint(stored / exp / model / f"seed{s}")
             ja = json.loads((new / exp / model / f"seed{s}.json").read_text())
             jb = json.loads((stored / exp / model / f"seed{s}.json").read_text())
             j += _stable(ja) == _stable(jb)

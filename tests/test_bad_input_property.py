@@ -2277,6 +2277,7 @@ TABLE[f"{T_}.store.save_checkpoint"] = Entry(lambda r: dict(
     meta=Custom({"experiment": "x", "seed": 0}, {"not_a_dict": [1], "not_json": {"x": object()}})))
 TABLE[f"{T_}.store.read_checkpoint"] = Entry(lambda r: dict(path=_ckpt_cases("model"), dtype=Choice("float32")))
 TABLE[f"{T_}.store.read_meta"] = Entry(lambda r: dict(path=_ckpt_cases("model")))
+TABLE[f"{T_}.store.fingerprint"] = Entry(lambda r: dict(path=_ckpt_cases("model")))
 TABLE[f"{T_}.store.kept_seeds"] = Entry(lambda r: dict(
     experiment=Custom("mqar", {"empty": "", "a_number": 3, "none": None}),
     model=Custom("mamba2", {"empty": "", "a_list": ["mamba2"]})))

@@ -46,6 +46,14 @@ def test_prune_keeps_every_meta_with_fingerprint_and_probe(tmp_path):
     assert res["ablation9"]["models"]["hysparse2_9_nowindow"]["per_seed"]["needle"] == [0.0, 0.1, 0.2]
     row = report.retrieval_probe_rows(["hysparse2_9_nowindow"], seed=2, root=tmp_path, exp="ablation9")[0]
     assert row == ["hysparse2_9_nowindow"] + [want_probe[k] for k in probes.SUMMARY_KEYS]
+    with pytest.raises(ValueError, match="n: .* keeps the probe of n = 32"):     # no silent number for another n
+        report.retrieval_probe_rows(["hysparse2_9_nowindow"], seed=2, n=8, root=tmp_path, exp="ablation9")
+    # the fingerprint of a seed: from its weights where kept, from its meta where not
+    assert store.fingerprint(folder / "seed2") == want_sha[2]
+    assert store.fingerprint(folder / "seed0") == store.weights_sha256(store.read_checkpoint(folder / "seed0")[0])
+    (folder / "seed1.json").write_text(json.dumps({"seed": 1}))
+    with pytest.raises(ValueError, match="neither weights nor a fingerprint"):
+        store.fingerprint(folder / "seed1")
 
 
 def test_the_fingerprint_tells_bit_identical_weights_apart():
@@ -91,7 +99,7 @@ def test_train_drops_the_weights_keep_weights_says_and_verify_uses_the_fingerpri
     assert not list(tmp_path.rglob("*.npz"))                  # ablation9 keeps no seed's weights
     for s in (0, 1):
         meta = store.read_meta(tmp_path / "ablation9" / "hysparse2_9" / f"seed{s}")
-        assert len(meta["weights_sha256"]) == 64 and set(meta["probe"]) == set(probes.SUMMARY_KEYS)
+        assert len(meta["weights_sha256"]) == 64 and set(meta["probe"]) == {*probes.SUMMARY_KEYS, "n"}
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["ablation9"]["models"]["hysparse2_9"]["seeds"] == [0, 1]
     capsys.readouterr()

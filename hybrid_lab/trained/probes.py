@@ -442,7 +442,8 @@ def retrieval_summary(model, n: int = 32) -> dict:
     that are another needle's value, "chance": the pick-any line, "asked": the global layer's attention mass on the
     asked needle, "other": mean mass on each other needle, "top1_asked": share of answers whose most-attended needle
     is the asked one, "prev": the best previous-token score over layers and heads, "where": "attn" (a stack's
-    attention layers) or "cross FA"}. Stored in the meta of a seed whose weights are not kept (store.prune_weights)."""
+    attention layers) or "cross FA", "n": n}. Stored in the meta of a seed whose weights are not kept
+    (store.prune_weights)."""
     if not isinstance(model, (Stack, HySparse, HySparse2)):
         raise ValueError(f"model must be a numpy model (Stack, HySparse or HySparse2), got {type(model).__name__}")
     if model.cfg.vocab < tasks.VOCAB:
@@ -458,4 +459,4 @@ def retrieval_summary(model, n: int = 32) -> dict:
     return {"correct": float(br["correct"]), "wrong_other": float(br["wrong_other_candidate"]),
             "chance": float(br["chance_pick_any"]), "asked": float(mass["asked"]), "other": float(mass["other"]),
             "top1_asked": float(mass["top1_asked"]), "prev": float(np.nanmax(prev)),
-            "where": "attn" if isinstance(model, Stack) else "cross FA"}
+            "where": "attn" if isinstance(model, Stack) else "cross FA", "n": n}

@@ -593,10 +593,11 @@ def mqar_probe_rows(models=("dense",), seeds=None, n: int = 8, root=None) -> lis
 def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2"), seed: int = 0, n: int = 32,
                          root=None, exp: str = "retrieval") -> list:
     """Per model (one seed) of the retrieval experiment ``exp`` ("retrieval": 4 layers; "retrieval9": the 9-layer
-    one; "ablation9"), :func:`probes.retrieval_summary` as a row: [model, needle accuracy, share of the wrong answers that are
-    another needle's value, the pick-any chance line, cross FA mass on the asked needle, mean mass on each other
-    needle, share of answers whose most-attended needle is the asked one, the best previous-token score over layers
-    and heads, where]. A seed whose weights were not kept (store.KEEP_WEIGHTS) gives the numbers its meta stored."""
+    one; "ablation9"), :func:`probes.retrieval_summary` as a row: [model, needle accuracy, share of the wrong
+    answers that are another needle's value, the pick-any chance line, cross FA mass on the asked needle, mean mass
+    on each other needle, share of answers whose most-attended needle is the asked one, the best previous-token
+    score over layers and heads, where]. A seed whose weights were not kept (store.KEEP_WEIGHTS) gives the numbers
+    its meta stored, measured on the same ``n`` sequences (another n is refused)."""
     from hybrid_lab.trained import probes, store
 
     root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
@@ -611,9 +612,11 @@ def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2")
         path = root / exp / m / f"seed{seed}"
         if path.with_suffix(".npz").exists():
             pr = probes.retrieval_summary(store.load_checkpoint(path)[0], n)
-        elif path.with_suffix(".json").exists() and "probe" in (meta := json.loads(path.with_suffix(".json")
-                                                                                     .read_text())):
-            pr = meta["probe"]                       # measured with the default n before the weights were dropped
+        elif path.with_suffix(".json").exists() and "probe" in (meta := store.read_meta(path)):
+            pr = meta["probe"]                       # measured before the weights were dropped
+            if pr.get("n") != n:
+                raise ValueError(f"n: {exp} {m!r} seed {seed} keeps the probe of n = {pr.get('n')} sequences, not "
+                                 f"its weights; got n = {n}")
         else:
             raise ValueError(f"models / seed: no {exp} checkpoint {m!r} seed {seed} under {root}")
         rows.append([m] + [pr[k] for k in probes.SUMMARY_KEYS])

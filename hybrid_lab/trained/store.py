@@ -21,7 +21,7 @@ from hybrid_lab.core import checks
 from hybrid_lab.trained import families as fam
 
 __all__ = ["CHECKPOINTS", "RESULTS", "KEEP_WEIGHTS", "save_checkpoint", "read_checkpoint", "read_meta",
-           "load_checkpoint", "list_checkpoints", "kept_seeds", "weights_sha256", "prune_weights"]
+           "load_checkpoint", "list_checkpoints", "kept_seeds", "weights_sha256", "fingerprint", "prune_weights"]
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 RESULTS = CHECKPOINTS / "results.json"
@@ -131,10 +131,9 @@ def load_checkpoint(path, dtype: str = "float32"):
 
 def _meta_or_empty(path: Path) -> dict:
     try:
-        meta = json.loads(path.with_suffix(".json").read_text())
-    except (OSError, ValueError):
+        return read_meta(path)
+    except ValueError:
         return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def list_checkpoints(root=CHECKPOINTS, experiments=None, weights: bool = True) -> list:
@@ -168,6 +167,18 @@ def weights_sha256(weights: dict) -> str:
         h.update(k.encode() + b"\0" + str(a.shape).encode() + b"\0")
         h.update(np.ascontiguousarray(a, np.float16).tobytes())
     return h.hexdigest()
+
+
+def fingerprint(path) -> str:
+    """The SHA-256 of a stored checkpoint's fp16 weights (``…/seedK``): computed from its ``.npz``, or the one its
+    meta holds where the weights were not kept (what ``--verify`` and a retraining's comparison check bit for bit)."""
+    path = _path("path", path).with_suffix("")
+    if path.with_suffix(".npz").exists():
+        return weights_sha256(read_checkpoint(path)[0])
+    meta = read_meta(path)
+    if "weights_sha256" not in meta:
+        raise ValueError(f"path: {path} has neither weights nor a fingerprint of them in its meta")
+    return meta["weights_sha256"]
 
 
 def prune_weights(folder, keep, probe=None) -> list:

@@ -431,9 +431,8 @@ def verify(exp: Experiment, models, stored=CHECKPOINTS, jobs: int = 1, device: s
                 if a.with_suffix(".npz").exists():
                     wa, ma = read_checkpoint(a)
                     bad = sorted(set(wa) ^ set(wb)) or [n for n in wa if not np.array_equal(wa[n], wb[n])]
-                elif a.with_suffix(".json").exists() and "weights_sha256" in (ma := json.loads(
-                        a.with_suffix(".json").read_text())):   # weights not kept: their fingerprint is
-                    bad = [] if ma["weights_sha256"] == store.weights_sha256(wb) else ["sha256"]
+                elif a.with_suffix(".json").exists() and "weights_sha256" in (ma := store.read_meta(a)):
+                    bad = [] if ma["weights_sha256"] == store.weights_sha256(wb) else ["sha256"]   # not kept
                 else:
                     diffs.append(f"{m} seed {s}: stored checkpoint missing")
                     continue
@@ -511,8 +510,9 @@ def main(argv=None) -> int:
             for exp, m in pruned:                   # the probes first, on the weights about to go
                 probe = probes.retrieval_summary if exp.task == "mix" else None
                 store.prune_weights(out / exp.name / m, store.kept_seeds(exp.name, m), probe)
-                print(f"{exp.name}/{m}: weights kept for seeds {store.kept_seeds(exp.name, m)} (store.KEEP_WEIGHTS); "
-                      f"the other seeds' metas hold their SHA-256" + (" and probe numbers" if probe else ""))
+                print(f"{exp.name}/{m}: weights kept for seeds {store.kept_seeds(exp.name, m)} "
+                      f"(store.KEEP_WEIGHTS); the other seeds' metas hold their SHA-256"
+                      + (" and probe numbers" if probe else ""))
             aggregate(out)
     if a.experiment in ("dsa", "all") and not a.models:
         from hybrid_lab.trained import dsa

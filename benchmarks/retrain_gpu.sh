@@ -28,7 +28,9 @@ jobs=(retrieval9:hysparse_9 retrieval9:hybrid_swa_9 retrieval9:hysparse2_9 retri
 [ -n "${RETRAIN_ONLY:-}" ] && read -r -a jobs <<< "$RETRAIN_ONLY"
 
 mps=0
-if command -v nvidia-cuda-mps-control > /dev/null; then
+if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then
+  mps=2                    # the caller started the MPS daemon (to share it with other work): use it, leave it running
+elif command -v nvidia-cuda-mps-control > /dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d && python3 -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
@@ -64,5 +66,5 @@ for j in "${jobs[@]}"; do
   fi
 done
 echo "all done in $((SECONDS - t0)) s (MPS: $mps)"
-(( mps )) && echo quit | nvidia-cuda-mps-control
+(( mps == 1 )) && echo quit | nvidia-cuda-mps-control
 exit 0

@@ -163,5 +163,17 @@ def test_ablation_lines_say_not_trained_then_print_the_table():
     assert len(lines) == 2 + 4 * len(report.DIRECTIONS_9) and lines[4] == "    verdict: reproduced"
     with pytest.raises(ValueError, match="exp"):
         report.ablation_lines({}, exp="gpt")
+
+
+def test_a_partly_trained_ablation_says_which_directions_wait():
+    res = _ablation_res({"hysparse2_9_block": 5}, {"hysparse2_9": 0.85, "hysparse2_9_block": 0.6})
+    del res["ablation9"]["models"]["hysparse2_9_nobridge"]
+    rows = report.ablation_rows(res, chance={"needles=4": 0.25})
+    assert rows[0][3] == "reproduced"                                 # the trained directions are still compared
+    assert rows[3][1:4] == ["hysparse2_9: trained", "hysparse2_9_nobridge: not trained yet", "not trained yet"]
+    lines = report.ablation_lines(res)
+    assert lines[2] == ("not trained yet: hysparse2_9_nobridge (hybrid-lab train ablation9 --models "
+                        "hysparse2_9_nobridge)")
+    assert len(lines) == 3 + 4 * len(report.DIRECTIONS_9)
     with pytest.raises(ValueError, match="res"):
         report.ablation_lines([])

@@ -314,11 +314,17 @@ def ablation_rows(res: dict, exp: str = "ablation9", directions=DIRECTIONS_9, le
     """Rows [direction, better, worse, verdict, reported] of an ablation compared among the seeds that learned
     (:func:`stats.compare_learners`): a seed learned when its VALIDATION accuracy on ``learn`` is >= ``level``, and
     the compared accuracies are the TEST ones on the direction's setting. The better / worse cells read "model: k/n
-    learned, acc among them". chance: {setting: chance / plateau line} (None: no line)."""
+    learned, acc among them". chance: {setting: chance / plateau line} (None: no line). A direction with a model not
+    in ``res`` yet (the experiment partly trained) reads "not trained yet"."""
     _direction_args(res, exp, directions, chance)
     level = checks.number_in("level", level, 0.0, 1.0)
+    trained = res[exp]["models"]
     rows = []
     for d in directions:
+        if d.better not in trained or d.worse not in trained:    # part of the experiment trained so far
+            rows.append([d.name, *(f"{m}: {'not trained yet' if m not in trained else 'trained'}"
+                                   for m in (d.better, d.worse)), "not trained yet", d.reported])
+            continue
         learned = [[v >= level for v in per_seed(res, exp, m, learn, split="val")] for m in (d.better, d.worse)]
         out = stats.compare_learners(per_seed(res, exp, d.better, d.setting), per_seed(res, exp, d.worse, d.setting),
                                      learned[0], learned[1], d.expect, chance=(chance or {}).get(d.setting))
@@ -354,6 +360,9 @@ def ablation_lines(res: dict, exp: str = "ablation9") -> list:
     mix = train.eval_sets(e)["mix"]
     chance = {"needles=4": 0.25, "needle": pick_any_chance(mix, tasks.KIND_NEEDLE)}
     lines.append("chance / plateau lines: " + ", ".join(f"{k} {v:.3f}" for k, v in chance.items()))
+    missing = [m for m in e.models if m not in res[exp]["models"]]
+    if missing:
+        lines.append(f"not trained yet: {' '.join(missing)} (hybrid-lab train {exp} --models {' '.join(missing)})")
     for name, better, worse, verdict_, reported in ablation_rows(res, exp, chance=chance):
         lines += [f"- {name}", f"    measured: {better}  vs  {worse}", f"    verdict: {verdict_}",
                   f"    reported: {reported}"]

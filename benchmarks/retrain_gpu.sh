@@ -11,12 +11,18 @@
 # (hysparse_9, hybrid_swa_9, dense_mha, mamba2_N32, mamba2_N64) finished 4 in 495-536 s, hysparse_9 not in 545 s.
 #
 # The ablation experiment (defined, not trained yet): its five 20-member ensembles in two calls, three models then
-# two (retrieval9's 20-member ensembles took 346-428 s three or four at once):
+# two, with --keep-weights (each process ends when its seeds are written: the pruning and its probes are CPU work
+# for afterwards). Measured 2026-12-05 on one H200: three at once finished training in 433-439 s; without
+# --keep-weights their probe step had not ended at a 450 s deadline and all three were lost.
 #   RETRAIN_ONLY="ablation9:hysparse2_9 ablation9:hysparse2_9_block ablation9:hysparse2_9_nowindow" \
-#     bash benchmarks/retrain_gpu.sh "$OUT/a" 560
-#   RETRAIN_ONLY="ablation9:hysparse2_9_gatedswa ablation9:hysparse2_9_nobridge" bash benchmarks/retrain_gpu.sh "$OUT/b" 560
-# Each model's folder holds metas only (store.KEEP_WEIGHTS: no ablation9 weights are kept): tar them for the trip
-# back, copy OUT/ablation9_M/ablation9/M into hybrid_lab/trained/checkpoints/ablation9/, then train.aggregate().
+#     bash benchmarks/retrain_gpu.sh "$OUT/a" 560 --keep-weights
+#   RETRAIN_ONLY="ablation9:hysparse2_9_gatedswa ablation9:hysparse2_9_nobridge" \
+#     bash benchmarks/retrain_gpu.sh "$OUT/b" 560 --keep-weights
+# Tar each model's folder on its own (20 seeds' weights are ~10 MB; a returned file may hold 16 MiB), copy
+# OUT/ablation9_M/ablation9/M into hybrid_lab/trained/checkpoints/ablation9/, then, on any machine:
+#   hybrid-lab train ablation9 --models M ... --finish     (prunes as store.KEEP_WEIGHTS says, probes, results.json)
+# A process still running at the deadline is stopped and its folder kept as OUT/EXP_M.unfinished (the seeds it
+# wrote may still be finished there); a failed one's as OUT/EXP_M.failed. Neither is compared or stored.
 set -u
 out=${1:?usage: retrain_gpu.sh OUT [DEADLINE_S] [EXTRA TRAIN ARGS...]}
 deadline=${2:-540}
@@ -58,11 +64,12 @@ done
 for j in "${jobs[@]}"; do
   exp=${j%%:*}; m=${j#*:}
   if kill -0 "${pid[$j]}" 2> /dev/null; then
-    kill "${pid[$j]}"; rm -rf "${out:?}/${exp}_$m"; echo "$j: stopped at the deadline"
+    kill "${pid[$j]}"; sleep 1; mv "$out/${exp}_$m" "$out/${exp}_$m.unfinished" 2> /dev/null
+    echo "$j: stopped at the deadline (what it wrote: $out/${exp}_$m.unfinished)"
   elif wait "${pid[$j]}"; then
     echo "$j: $(tail -n 1 "$out/logs/${exp}_$m.log")"
   else
-    rm -rf "${out:?}/${exp}_$m"; echo "$j: FAILED"; tail -n 5 "$out/logs/${exp}_$m.log"
+    mv "$out/${exp}_$m" "$out/${exp}_$m.failed" 2> /dev/null; echo "$j: FAILED"; tail -n 5 "$out/logs/${exp}_$m.log"
   fi
 done
 echo "all done in $((SECONDS - t0)) s (MPS: $mps)"

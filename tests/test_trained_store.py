@@ -109,3 +109,36 @@ def test_train_drops_the_weights_keep_weights_says_and_verify_uses_the_fingerpri
     p.write_text(json.dumps(dict(json.loads(p.read_text()), weights_sha256="0" * 64)))
     assert train.main(args + ["--verify"]) == 1
     assert "hysparse2_9 seed 1: weights differ (sha256)" in capsys.readouterr().out
+
+
+def test_keep_weights_then_finish_gives_what_one_run_gives(tmp_path, monkeypatch, capsys):
+    """A GPU run on a deadline trains with ``--keep-weights`` (no pruning, no probes: every seed's weights stay) and
+    ``--finish`` prunes and probes afterwards, on any machine: the metas and results.json equal those of one plain
+    run; the stored command is the plain one; --finish again changes nothing; --finish without checkpoints says so."""
+    pytest.importorskip("torch")
+    import dataclasses
+
+    small = dataclasses.replace(train.quick(train.EXPERIMENTS["ablation9"]), steps=20, eval_every=10, seeds=(0, 1))
+    monkeypatch.setitem(train.EXPERIMENTS, "ablation9", small)
+    base = ["ablation9", "--models", "hysparse2_9", "--out"]
+    assert train.main(base + [str(tmp_path / "one")]) == 0
+    two = tmp_path / "two"
+    assert train.main(base + [str(two), "--keep-weights"]) == 0
+    folder = two / "ablation9" / "hysparse2_9"
+    assert sorted(p.name for p in folder.glob("*.npz")) == ["seed0.npz", "seed1.npz"]
+    assert "probe" not in store.read_meta(folder / "seed0")
+    assert train.main(base + [str(two), "--finish"]) == 0
+    assert not list(two.rglob("*.npz"))
+    for s in (0, 1):
+        a = store.read_meta(tmp_path / "one" / "ablation9" / "hysparse2_9" / f"seed{s}")
+        b = store.read_meta(folder / f"seed{s}")
+        assert a["command"] == b["command"] == "hybrid-lab train ablation9 --models hysparse2_9"
+        drop = ("log", "tokens_per_s", "train_seconds")              # timings differ between two runs
+        assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+    results = (two / "results.json").read_text()
+    assert train.main(base + [str(two), "--finish"]) == 0            # done already: nothing to prune
+    assert (two / "results.json").read_text() == results
+    with pytest.raises(ValueError, match="no checkpoints to finish"):
+        train.main(base + [str(tmp_path / "empty"), "--finish"])
+    with pytest.raises(ValueError, match="--finish"):
+        train.main(base + [str(two), "--finish", "--keep-weights"])

@@ -468,7 +468,15 @@ def main(argv=None) -> int:
     ap.add_argument("--lrs", type=float, nargs="+", help="override the learning-rate grid")
     ap.add_argument("--verify", action="store_true",
                     help="train again into a temporary folder and compare bit for bit with the stored checkpoints")
+    ap.add_argument("--keep-weights", action="store_true",
+                    help="keep every seed's weights: skip store.KEEP_WEIGHTS's pruning and its probes (a GPU run on a "
+                         "deadline; --finish does them afterwards, on any machine)")
+    ap.add_argument("--finish", action="store_true",
+                    help="train nothing: prune and probe the checkpoints a --keep-weights run left under --out (as "
+                         "store.KEEP_WEIGHTS says), then write results.json")
     a = ap.parse_args(argv)
+    if a.finish and (a.keep_weights or a.verify or a.quick):
+        raise ValueError("--finish: prunes a finished run; it takes no --keep-weights, --verify or --quick")
     t_start = time.time()
     names = sorted(EXPERIMENTS) if a.experiment == "all" else [] if a.experiment in ("dsa", "sparda", "sparda_bound", "sparda_sparse") \
         else [a.experiment]
@@ -478,8 +486,10 @@ def main(argv=None) -> int:
             raise ValueError(f"--models: {bad[0]!r} is not a model of {n!r} ({', '.join(EXPERIMENTS[n].models)})")
     out = Path(a.out) if a.out else (Path("trained_quick") if a.quick else CHECKPOINTS)
     argv = sys.argv[1:] if argv is None else list(argv)
-    shown = [x for i, x in enumerate(argv) if x != "--out" and (i == 0 or argv[i - 1] != "--out")]
-    command = "hybrid-lab train " + " ".join(shown)          # where it wrote is not part of what it computed
+    # where it wrote and when it prunes are not part of what it computed
+    shown = [x for i, x in enumerate(argv)
+             if x not in ("--out", "--keep-weights") and (i == 0 or argv[i - 1] != "--out")]
+    command = "hybrid-lab train " + " ".join(shown)
     plan = []
     for n in names:
         exp = EXPERIMENTS[n]
@@ -501,10 +511,19 @@ def main(argv=None) -> int:
         print(f"hybrid-lab train {a.experiment} --verify: {time.time() - t_start:.0f} s")
         return 1 if diffs else 0
     if plan:
-        run_jobs(plan, out, a.jobs, a.device, command)
-        # the stored experiments' policy (a --quick run is a student's own: it keeps everything)
+        if a.finish:
+            missing = [f"{exp.name}/{m}" for exp, models in plan for m in models
+                       if not any((out / exp.name / m).glob("seed*.json"))]
+            if missing:
+                raise ValueError(f"--finish: no checkpoints to finish under {out} for {', '.join(missing)}")
+        else:
+            run_jobs(plan, out, a.jobs, a.device, command)
+        # the stored experiments' policy (a --quick run is a student's own: it keeps everything); a folder whose
+        # dropped seeds are gone already is done (--finish twice changes nothing)
         pruned = [(exp, m) for exp, models in plan for m in models
-                  if not a.quick and store.kept_seeds(exp.name, m) is not None]
+                  if not a.quick and not a.keep_weights and store.kept_seeds(exp.name, m) is not None
+                  and any(int(p.stem[4:]) not in store.kept_seeds(exp.name, m)
+                          for p in (out / exp.name / m).glob("seed*.npz"))]
         if pruned:
             from hybrid_lab.trained import probes
             for exp, m in pruned:                   # the probes first, on the weights about to go
@@ -514,6 +533,11 @@ def main(argv=None) -> int:
                       f"(store.KEEP_WEIGHTS); the other seeds' metas hold their SHA-256"
                       + (" and probe numbers" if probe else ""))
             aggregate(out)
+        elif a.finish:
+            aggregate(out)
+    if a.finish:
+        print(f"hybrid-lab train {a.experiment} --finish: {time.time() - t_start:.0f} s")
+        return 0
     if a.experiment in ("dsa", "all") and not a.models:
         from hybrid_lab.trained import dsa
         dsa.run_experiment(out, seeds=tuple(a.seeds or (0,) if a.quick else a.seeds or (0, 1, 2)), quick=a.quick,

@@ -532,8 +532,7 @@ def main(argv=None) -> int:
                 print(f"{exp.name}/{m}: weights kept for seeds {store.kept_seeds(exp.name, m)} "
                       f"(store.KEEP_WEIGHTS); the other seeds' metas hold their SHA-256"
                       + (" and probe numbers" if probe else ""))
-            aggregate(out)
-        elif a.finish:
+        if pruned or a.finish:                      # (run_jobs aggregated what it trained)
             aggregate(out)
     if a.finish:
         print(f"hybrid-lab train {a.experiment} --finish: {time.time() - t_start:.0f} s")

@@ -10,14 +10,14 @@
 # against the stored ones). Measured on one H200: 11 at once need more than its 140 GB; 5 at once under MPS
 # (hysparse_9, hybrid_swa_9, dense_mha, mamba2_N32, mamba2_N64) finished 4 in 495-536 s, hysparse_9 not in 545 s.
 #
-# The ablation experiment (defined, not trained yet): its five 20-member ensembles in two calls, three models then
-# two, with --keep-weights (each process ends when its seeds are written: the pruning and its probes are CPU work
-# for afterwards). Measured 2026-12-05 on one H200: three at once finished training in 433-439 s; without
-# --keep-weights their probe step had not ended at a 450 s deadline and all three were lost.
-#   RETRAIN_ONLY="ablation9:hysparse2_9 ablation9:hysparse2_9_block ablation9:hysparse2_9_nowindow" \
+# The ablation experiment: its five 20-member ensembles, with --keep-weights (each process ends when its seeds are
+# written: the pruning and its probes are CPU work for afterwards). Measured 2026-12-05: on one H200 three at once
+# finished training in 433-439 s (without --keep-weights their probe step had not ended at a 450 s deadline and
+# all three were lost); on one H100 (80 GB) two trained in 386-391 s and the third ran out of memory (each needs
+# ~26.6 GB), and one alone had not finished in 185 s. Trained and stored: hysparse2_9, hysparse2_9_block (H100).
+# Left: three on an H200, or two then one on an H100:
+#   RETRAIN_ONLY="ablation9:hysparse2_9_nowindow ablation9:hysparse2_9_gatedswa ablation9:hysparse2_9_nobridge" \
 #     bash benchmarks/retrain_gpu.sh "$OUT/a" 560 --keep-weights
-#   RETRAIN_ONLY="ablation9:hysparse2_9_gatedswa ablation9:hysparse2_9_nobridge" \
-#     bash benchmarks/retrain_gpu.sh "$OUT/b" 560 --keep-weights
 # Tar each model's folder on its own (20 seeds' weights are ~10 MB; a returned file may hold 16 MiB), copy
 # OUT/ablation9_M/ablation9/M into hybrid_lab/trained/checkpoints/ablation9/, then, on any machine:
 #   hybrid-lab train ablation9 --models M ... --finish     (prunes as store.KEEP_WEIGHTS says, probes, results.json)

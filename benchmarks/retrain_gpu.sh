@@ -13,11 +13,10 @@
 # The ablation experiment: its five 20-member ensembles, with --keep-weights (each process ends when its seeds are
 # written: the pruning and its probes are CPU work for afterwards). Measured 2026-12-05: on one H200 three at once
 # finished training in 433-439 s (without --keep-weights their probe step had not ended at a 450 s deadline and
-# all three were lost); on one H100 (80 GB) two trained in 386-391 s and the third ran out of memory (each needs
-# ~26.6 GB), and one alone had not finished in 185 s. Trained and stored: hysparse2_9, hysparse2_9_block (H100).
-# Left: three on an H200, or two then one on an H100:
-#   RETRAIN_ONLY="ablation9:hysparse2_9_nowindow ablation9:hysparse2_9_gatedswa ablation9:hysparse2_9_nobridge" \
-#     bash benchmarks/retrain_gpu.sh "$OUT/a" 560 --keep-weights
+# all three were lost); on one H100 (80 GB; each ensemble needs ~26.6 GB) two at once trained in 386-435 s, one
+# alone in 377 s, and a third beside two ran out of memory. All five are stored, trained on one H100:
+#   RETRAIN_ONLY="ablation9:hysparse2_9 ablation9:hysparse2_9_block" bash benchmarks/retrain_gpu.sh "$OUT/a" 500 \
+#     --keep-weights        (then hysparse2_9_nowindow with hysparse2_9_gatedswa, then hysparse2_9_nobridge)
 # Tar each model's folder on its own (20 seeds' weights are ~10 MB; a returned file may hold 16 MiB), copy
 # OUT/ablation9_M/ablation9/M into hybrid_lab/trained/checkpoints/ablation9/, then, on any machine:
 #   hybrid-lab train ablation9 --models M ... --finish     (prunes as store.KEEP_WEIGHTS says, probes, results.json)

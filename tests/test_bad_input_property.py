@@ -2509,11 +2509,20 @@ TABLE[f"{T_}.report.retrieval_probe_rows"] = Entry(lambda r: dict(   # one store
     seed=Custom(0, {"negative": -1, "float": 0.5, "a_string": "0"}), n=Size(2), root=Fixed(None),
     exp=Custom("retrieval", {"not_retrieval": "mqar", "a_number": 9})))
 
+TABLE[f"{T_}.report.probe_groups"] = Entry(lambda r: dict(   # one stored ablation model: its 20 metas' probes
+    exp=Custom("ablation9", {"not_retrieval": "mqar", "a_number": 9, "unknown": "gpt"}),
+    models=Custom(("hysparse2_9",), {"empty": (), "not_names": (3,), "unknown": ("gpt",)}),
+    learn=Choice("needle"), level=Real(0.9), n=Size(32), root=Fixed(None)))
+allow(f"{T_}.report.probe_groups", "level", "zero", "level 0: every seed counts as a learner (valid)")
+
 
 # --- trained.stats (per-seed accuracies: a clear win of a over b, 10 seeds each)
 _ACC_A = [0.95 + 0.004 * i for i in range(10)]
 _ACC_B = [0.55 + 0.03 * i for i in range(10)]
 TABLE[f"{T_}.stats.wilson"] = Entry(lambda r: dict(k=Count(3), n=Size(10)))
+TABLE[f"{T_}.stats.fisher_exact"] = Entry(lambda r: dict(ka=Count(3), na=Size(10), kb=Count(7), nb=Size(10)))
+TABLE[f"{T_}.stats.compare_shares"] = Entry(lambda r: dict(ka=Count(3), na=Size(10), kb=Count(7), nb=Size(10),
+                                                           alpha=Real(0.05)))
 TABLE[f"{T_}.stats.first_step"] = Entry(lambda r: dict(eval_steps=IntArr(np.array([0, 100, 200]), lo=0),
                                                        curve=Arr(np.array([0.1, 0.5, 0.95])), level=Real(0.9)))
 TABLE[f"{T_}.stats.summarize"] = Entry(lambda r: dict(acc=Seq([0.95, 0.2, 0.91]), steps=Seq([300, 400, 500])))

@@ -160,7 +160,10 @@ def test_ablation_lines_say_not_trained_then_print_the_table():
     res = _ablation_res({"hysparse2_9_block": 5}, {"hysparse2_9": 0.85, "hysparse2_9_block": 0.6})
     lines = report.ablation_lines(res)
     assert lines[1].startswith("chance / plateau lines: needles=4 0.250, needle 0.387")
-    assert len(lines) == 2 + 4 * len(report.DIRECTIONS_9) and lines[4] == "    verdict: reproduced"
+    assert len(lines) == 2 + 5 * len(report.DIRECTIONS_9) and lines[4] == "    verdict: reproduced"
+    # how often a seed learned, with the test of the two shares at 0.05 / 4 (four directions)
+    assert lines[6] == ("    how often a seed learned [Wilson 95%]: 6/10 [0.31, 0.83] vs 5/10 [0.24, 0.76]: no "
+                        "difference detected (p = 1 >= 0.0125)")
     with pytest.raises(ValueError, match="exp"):
         report.ablation_lines({}, exp="gpt")
 
@@ -174,6 +177,25 @@ def test_a_partly_trained_ablation_says_which_directions_wait():
     lines = report.ablation_lines(res)
     assert lines[2] == ("not trained yet: hysparse2_9_nobridge (hybrid-lab train ablation9 --models "
                         "hysparse2_9_nobridge)")
-    assert len(lines) == 3 + 4 * len(report.DIRECTIONS_9)
+    assert len(lines) == 3 + 5 * len(report.DIRECTIONS_9)
     with pytest.raises(ValueError, match="res"):
         report.ablation_lines([])
+
+
+def test_probe_groups_split_every_seed_by_whether_it_learned():
+    """The stored ablation metas: every seed in one group, the group sizes equal the learners ablation_rows counts."""
+    res = report.load_results()
+    for m, k, n, learners, others in report.probe_groups("ablation9"):
+        val = report.per_seed(res, "ablation9", m, "needle", split="val")
+        assert (k, n) == (sum(v >= report.LEVEL for v in val), 20)
+        for g, size in ((learners, k), (others, n - k)):
+            assert (g == {}) == (size == 0)
+            for key in report.GROUP_KEYS if g else ():
+                lo_mean_hi = g[key]
+                assert lo_mean_hi[1] <= lo_mean_hi[0] <= lo_mean_hi[2]
+        if k and n - k:        # a learner's cross FA finds the asked needle more often than a non-learner's
+            assert learners["top1_asked"][0] > others["top1_asked"][0]
+    with pytest.raises(ValueError, match="models"):
+        report.probe_groups("ablation9", models=["dense_9"])
+    with pytest.raises(ValueError, match="exp"):
+        report.probe_groups("mqar")

@@ -339,3 +339,35 @@ def test_bad_compare_learners(kwargs, name):
     args = dict(dict(a=_LEARN_A, b=_LEARN_B, learned_a=_mask(_LEARN_A), learned_b=_mask(_LEARN_B)), **kwargs)
     with pytest.raises(ValueError, match=re.escape(name)):
         stats.compare_learners(**args)
+
+
+# ------------------------------------------------------------------------------------------------- fisher / shares
+def test_fisher_exact_known_values():
+    # Fisher's tea tasting (3 of 4 vs 1 of 4) and two textbook tables, [[8, 2], [1, 5]] and [[1, 9], [11, 3]]
+    assert stats.fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70, abs=1e-12)
+    assert stats.fisher_exact(8, 10, 1, 6) == pytest.approx(0.034965034965035, abs=1e-12)
+    assert stats.fisher_exact(1, 10, 11, 14) == pytest.approx(0.0027594561852200836, abs=1e-12)
+    # symmetric in the two groups and in success / failure; one possible split gives 1
+    assert stats.fisher_exact(4, 20, 16, 20) == stats.fisher_exact(16, 20, 4, 20) == stats.fisher_exact(16, 20, 4, 20)
+    assert stats.fisher_exact(0, 5, 0, 7) == stats.fisher_exact(5, 5, 7, 7) == 1.0
+    # the p is the sum of the hypergeometric probabilities <= the observed one: by hand for 2 of 3 vs 0 of 3
+    probs = [math.comb(3, x) * math.comb(3, 2 - x) / math.comb(6, 2) for x in range(3)]   # 3/15, 9/15, 3/15
+    assert stats.fisher_exact(2, 3, 0, 3) == pytest.approx(probs[0] + probs[2], abs=1e-12)
+
+
+def test_compare_shares_verdicts():
+    out = stats.compare_shares(4, 20, 16, 20, alpha=0.05 / 4)
+    assert out["verdict"] == "differ (p = 0.00036 < 0.0125)" and out["a"] == stats.wilson(4, 20)
+    assert stats.compare_shares(4, 20, 1, 20, alpha=0.0125)["verdict"] == "no difference detected (p = 0.34 >= 0.0125)"
+    assert stats.compare_shares(0, 20, 0, 20)["verdict"] == "untestable here: no seed of either learned"
+    assert stats.compare_shares(20, 20, 10, 10)["verdict"] == "untestable here: every seed of either learned"
+    # the same split is significant at 0.05 and not at 0.05 / 4
+    assert stats.compare_shares(8, 10, 1, 6)["verdict"].startswith("differ")
+    assert stats.compare_shares(8, 10, 1, 6, alpha=0.0125)["verdict"].startswith("no difference")
+
+
+@pytest.mark.parametrize("args, name", [((5, 4, 1, 4), "ka"), ((1, 4, 5, 4), "kb"), ((1, 0, 1, 4), "na"),
+                                        ((1, 4, -1, 4), "kb"), ((1.5, 4, 1, 4), "ka")])
+def test_bad_fisher_exact(args, name):
+    with pytest.raises(ValueError, match=name):
+        stats.fisher_exact(*args)

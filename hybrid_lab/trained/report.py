@@ -24,7 +24,7 @@ from hybrid_lab.trained import stats
 __all__ = ["RESULTS", "load_results", "acc", "fmt", "table", "Direction", "DIRECTIONS", "DIRECTIONS_9", "verdict",
            "direction_rows", "ablation_rows", "ablation_lines", "recovery_state", "ledger_rows", "why_hybrids_rows",
            "why_hysparse2_rows", "why_hysparse2_9_rows", "per_seed", "seed_rows", "mqar_chance", "pick_any_chance",
-           "mqar_probe_rows", "retrieval_probe_rows", "LEVEL"]
+           "mqar_probe_rows", "retrieval_probe_rows", "probe_groups", "GROUP_KEYS", "LEVEL"]
 
 RESULTS = Path(__file__).resolve().parent / "checkpoints" / "results.json"
 MIN_NOISE = 0.01
@@ -311,11 +311,14 @@ def direction_rows(res: dict, exp: str = "retrieval", directions=DIRECTIONS, cha
 
 def ablation_rows(res: dict, exp: str = "ablation9", directions=DIRECTIONS_9, learn: str = "needle",
                   chance: dict | None = None, level: float = LEVEL) -> list:
-    """Rows [direction, better, worse, verdict, reported] of an ablation compared among the seeds that learned
-    (:func:`stats.compare_learners`): a seed learned when its VALIDATION accuracy on ``learn`` is >= ``level``, and
-    the compared accuracies are the TEST ones on the direction's setting. The better / worse cells read "model: k/n
-    learned, acc among them". chance: {setting: chance / plateau line} (None: no line). A direction with a model not
-    in ``res`` yet (the experiment partly trained) reads "not trained yet"."""
+    """Rows [direction, better, worse, verdict, reported, shares] of an ablation compared among the seeds that
+    learned (:func:`stats.compare_learners`): a seed learned when its VALIDATION accuracy on ``learn`` is >=
+    ``level``, and the compared accuracies are the TEST ones on the direction's setting. The better / worse cells
+    read "model: k/n learned, acc among them". shares: how often each side learned, with Wilson 95% intervals and
+    :func:`stats.compare_shares` at alpha 0.05 / len(directions) (Bonferroni over the directions): a separate
+    measurement, since the paper's numbers are the quality of trained models, not how often a seed trains.
+    chance: {setting: chance / plateau line} (None: no line). A direction with a model not in ``res`` yet (the
+    experiment partly trained) reads "not trained yet"."""
     _direction_args(res, exp, directions, chance)
     level = checks.number_in("level", level, 0.0, 1.0)
     trained = res[exp]["models"]
@@ -323,7 +326,7 @@ def ablation_rows(res: dict, exp: str = "ablation9", directions=DIRECTIONS_9, le
     for d in directions:
         if d.better not in trained or d.worse not in trained:    # part of the experiment trained so far
             rows.append([d.name, *(f"{m}: {'not trained yet' if m not in trained else 'trained'}"
-                                   for m in (d.better, d.worse)), "not trained yet", d.reported])
+                                   for m in (d.better, d.worse)), "not trained yet", d.reported, "not trained yet"])
             continue
         learned = [[v >= level for v in per_seed(res, exp, m, learn, split="val")] for m in (d.better, d.worse)]
         out = stats.compare_learners(per_seed(res, exp, d.better, d.setting), per_seed(res, exp, d.worse, d.setting),
@@ -332,15 +335,19 @@ def ablation_rows(res: dict, exp: str = "ablation9", directions=DIRECTIONS_9, le
         for m, sh in ((d.better, out["learned_a"]), (d.worse, out["learned_b"])):
             among = "-" if sh["k"] == 0 else f"{sh['acc']:.2f}"
             cells.append(f"{m}: {sh['k']}/{sh['n']} learned, {among}")
-        rows.append([d.name, *cells, out["verdict"], d.reported])
+        (ka, na), (kb, nb) = ((out[s]["k"], out[s]["n"]) for s in ("learned_a", "learned_b"))
+        sh = stats.compare_shares(ka, na, kb, nb, alpha=0.05 / len(directions))
+        shares = (f"{ka}/{na} [{sh['a'][0]:.2f}, {sh['a'][1]:.2f}] vs {kb}/{nb} [{sh['b'][0]:.2f}, {sh['b'][1]:.2f}]"
+                  f": {sh['verdict']}")
+        rows.append([d.name, *cells, out["verdict"], d.reported, shares])
     return rows
 
 
 def ablation_lines(res: dict, exp: str = "ablation9") -> list:
     """Notebook 10's table of the ablation experiment, as printed lines: the plan (models, parameters from their
     configs, seeds, tokens) and, once ``exp`` is in ``res``, :func:`ablation_rows` with the chance lines (1/4 on 4
-    needles, the pick-any line of the mixed set) and each model's share of seeds that learned; until then a line
-    saying it is not trained yet and the command that trains it."""
+    needles, the pick-any line of the mixed set), each model's share of seeds that learned and the test of the two
+    shares; until then a line saying it is not trained yet and the command that trains it."""
     from hybrid_lab.trained import tasks, train
 
     if not isinstance(res, dict):
@@ -363,9 +370,9 @@ def ablation_lines(res: dict, exp: str = "ablation9") -> list:
     missing = [m for m in e.models if m not in res[exp]["models"]]
     if missing:
         lines.append(f"not trained yet: {' '.join(missing)} (hybrid-lab train {exp} --models {' '.join(missing)})")
-    for name, better, worse, verdict_, reported in ablation_rows(res, exp, chance=chance):
+    for name, better, worse, verdict_, reported, shares in ablation_rows(res, exp, chance=chance):
         lines += [f"- {name}", f"    measured: {better}  vs  {worse}", f"    verdict: {verdict_}",
-                  f"    reported: {reported}"]
+                  f"    reported: {reported}", f"    how often a seed learned [Wilson 95%]: {shares}"]
     return lines
 
 
@@ -629,4 +636,44 @@ def retrieval_probe_rows(models=("dense", "hybrid_swa", "hysparse", "hysparse2")
         else:
             raise ValueError(f"models / seed: no {exp} checkpoint {m!r} seed {seed} under {root}")
         rows.append([m] + [pr[k] for k in probes.SUMMARY_KEYS])
+    return rows
+
+
+GROUP_KEYS = ("prev", "asked", "other", "top1_asked")
+
+
+def probe_groups(exp: str = "ablation9", models=None, learn: str = "needle", level: float = LEVEL, n: int = 32,
+                 root=None) -> list:
+    """Per model of the retrieval experiment ``exp``: every seed's probe (:func:`retrieval_probe_rows`; a seed
+    without weights gives the probe its meta stored), split by whether the seed learned (its VALIDATION accuracy on
+    ``learn`` >= ``level``, as :func:`ablation_rows` decides). Row: [model, learners k, seeds n, learners,
+    others], where learners / others are {key: (mean, min, max) over the group} for GROUP_KEYS (previous-token
+    score, cross FA mass on the asked needle, mean mass per other needle, share of answers whose most-attended
+    needle is the asked one); {} for an empty group. models: None for every model of ``exp``."""
+    from hybrid_lab.trained import probes, store, train
+
+    if not isinstance(exp, str) or exp not in train.EXPERIMENTS or not (exp.startswith("retrieval")
+                                                                        or exp.startswith("ablation")):
+        raise ValueError(f"exp must name a retrieval experiment of train.EXPERIMENTS, got {exp!r}")
+    e = train.EXPERIMENTS[exp]
+    models = list(e.models) if models is None else _names("models", models)
+    for m in models:
+        if m not in e.models:
+            raise ValueError(f"models: {m!r} is not a model of {exp} ({', '.join(e.models)})")
+    level = checks.number_in("level", level, 0.0, 1.0)
+    root = Path(store.CHECKPOINTS if root is None else _path_arg("root", root))
+    keys = {k: i for i, k in enumerate(("model",) + probes.SUMMARY_KEYS)}     # the columns of a probe row
+    rows = []
+    for m in models:
+        groups = ([], [])
+        for seed in e.seeds:
+            val = store.read_meta(root / exp / m / f"seed{seed}").get("val", {})
+            if learn not in val:
+                raise ValueError(f"learn: {exp} {m!r} seed {seed} has no validation accuracy on {learn!r} (it has "
+                                 f"{', '.join(val) or 'none'})")
+            row = retrieval_probe_rows([m], seed=seed, n=n, root=root, exp=exp)[0]
+            groups[0 if val[learn] >= level else 1].append([row[keys[k]] for k in GROUP_KEYS])
+        stat = [{k: (float(np.mean(c)), float(np.min(c)), float(np.max(c)))
+                 for k, c in zip(GROUP_KEYS, np.array(g, dtype=float).T)} if g else {} for g in groups]
+        rows.append([m, len(groups[0]), len(e.seeds), *stat])
     return rows

@@ -19,7 +19,8 @@ import numpy as np
 
 from hybrid_lab.core import checks
 
-__all__ = ["wilson", "first_step", "summarize", "compare", "compare_learners", "verdict_from_means"]
+__all__ = ["wilson", "fisher_exact", "compare_shares", "first_step", "summarize", "compare", "compare_learners",
+           "verdict_from_means"]
 
 EXPECT = ("better", "same")
 MIN_LEARNERS = 5                # compare_learners: fewer seeds that learned on a side decide nothing (with 4 vs 4 the
@@ -106,6 +107,39 @@ def wilson(k, n, z=1.96) -> tuple:
     lo = 0.0 if k == 0 else max(0.0, centre - half)        # exact ends: no float residue at 0 or n successes
     hi = 1.0 if k == n else min(1.0, centre + half)
     return lo, hi
+
+
+def fisher_exact(ka, na, kb, nb) -> float:
+    """Two-sided p of Fisher's exact test that two binomial shares are equal: ka of na seeds vs kb of nb (ints,
+    0 <= k <= n, n >= 1). Conditioned on the total kt = ka + kb, ka follows the hypergeometric law; the p is the
+    probability of every split at most as likely as the observed one (exact integer arithmetic, 1e-9 relative slack
+    for ties). Returns 1.0 when the margins allow one split only (kt = 0 or kt = na + nb)."""
+    na, nb = checks.pos_int("na", na), checks.pos_int("nb", nb)
+    ka, kb = checks.nonneg_int("ka", ka), checks.nonneg_int("kb", kb)
+    for name, k, n in (("ka", ka, na), ("kb", kb, nb)):
+        if k > n:
+            raise ValueError(f"{name} must be <= {n} (successes out of n trials), got {k}")
+    kt = ka + kb
+    weights = {x: math.comb(na, x) * math.comb(nb, kt - x) for x in range(max(0, kt - nb), min(na, kt) + 1)}
+    seen = weights[ka]
+    tail = sum(w for w in weights.values() if w <= seen * (1 + 1e-9))
+    return min(1.0, tail / math.comb(na + nb, kt))
+
+
+def compare_shares(ka, na, kb, nb, alpha=0.05) -> dict:
+    """Did model a learn the task in a different share of seeds than model b? ka of na vs kb of nb seeds learned.
+    Returns {"a": (lo, hi), "b": (lo, hi)} (Wilson 95%), "p" (:func:`fisher_exact`) and "verdict": "untestable here:
+    ..." when no seed or every seed of both learned (nothing to compare), "differ (p = ...)" when p < alpha, else
+    "no difference detected (p = ...)" (not evidence of equality). Pass alpha / m for m comparisons (Bonferroni)."""
+    p = fisher_exact(ka, na, kb, nb)
+    alpha = _frac("alpha", alpha, lo_open=True, hi_open=True)
+    out = {"a": wilson(ka, na), "b": wilson(kb, nb), "p": p}
+    if ka + kb == 0 or (ka == na and kb == nb):
+        out["verdict"] = f"{UNTESTABLE}{'no seed' if ka + kb == 0 else 'every seed'} of either learned"
+    else:
+        out["verdict"] = (f"differ (p = {p:.2g} < {alpha:.3g})" if p < alpha
+                          else f"no difference detected (p = {p:.2g} >= {alpha:.3g})")
+    return out
 
 
 def first_step(eval_steps, curve, level) -> int | None:

@@ -12,9 +12,8 @@ Four training experiments; the tables of notebook 10 are views of them:
   before and after the self FA; HySparse2, hybrid SWA, HySparse and dense at one parameter count (± 2%), 10 seeds,
   a learning rate each from the grid.
 - ``ablation9``, the paper's four ablation directions: the 9-layer HySparse2 and its four one-change variants on
-  retrieval9's task, 20 seeds each, compared among the seeds that learned (report.ablation_rows). Trained so far:
-  hysparse2_9 and hysparse2_9_block (one H100); the other three need a GPU session. Its metas keep the probe
-  numbers of every seed, not the weights (store.KEEP_WEIGHTS).
+  retrieval9's task, 20 seeds each, compared among the seeds that learned (report.ablation_rows); all five
+  trained on one H100. Its metas keep the probe numbers of every seed, not the weights (store.KEEP_WEIGHTS).
 
 Protocol (Zoology's): every model sees the same data (the same training seeds), steps, batch and schedule; each
 model's learning rate is chosen from a small grid (``Experiment.lrs``) by its mean accuracy on a VALIDATION split

@@ -3,13 +3,18 @@
 # limit on an H200; three groups at once once hung the machine, so one at a time). From the repository root:
 #
 #   bash benchmarks/native_gpu.sh GROUP [OUT]          OUT: where logs and JSON go (default $OUT, else /tmp/native)
+#   SHARD=I/N bash benchmarks/native_gpu.sh GROUP      a pytest group's I-th of N parts (I = 1..N): every N-th test
+#                                                      from the I-th, in collection order, so slow cases spread out;
+#                                                      its logs are GROUP_IofN.*. The N parts together run every test
+#                                                      once. DRY=1 prints the part's test ids and runs nothing.
 #
 #   kernels      the native kernel tests against their numpy twins          (264 passed, 500 s on 2026-12-02)
 #   kernels_a100 the same, forced to the A100's config set and dtype policy (HYBRID_LAB_GPU_TARGET=A100: sm_80
-#                configs, no FP8)
+#                configs, no FP8; 161 of 264 in 370 s on an H100, so SHARD=1/2 and 2/2 there)
 #   sanitizer    the compute-sanitizer memcheck groups                       (8 passed, 283 s on 2026-12-02)
 #   notebooks    every notebook under the Triton backend, strict nbval, one notebook per process (wheels: .whl-nb/)
-#   retrain      one seed of every trained family retrained and compared (tests/test_gpu_training_repro.py)
+#   retrain      every trained family's ensemble retrained and compared (tests/test_gpu_training_repro.py: two
+#                runs of about 8 minutes each on an H200, so SHARD=1/2 and SHARD=2/2, one call each)
 #   bench        gpu_track.bench for the comma-separated sections in SECTIONS (default ssd_chunked,selective_scan), with
 #                fla-core from .whl/ and mamba-ssm's source under .devrun/peers/; merge the JSON afterwards with
 #                benchmarks/merge_bench.py
@@ -30,15 +35,38 @@ wheels() {   # the wheels a group needs, into /tmp/site (nothing is installed in
   python3 -m pip install -q --no-index --no-deps --target /tmp/site "$dir"/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
 }
 
+tag=$group                 # the name of this call's logs: the group, or GROUP_IofN for a part
+tests() {                  # the tests of this call: the files, or the node ids of the SHARD's part
+  if [ -z "${SHARD:-}" ]; then printf '%s\n' "$@"; return; fi
+  local i=${SHARD%/*} n=${SHARD#*/}
+  "${PYTEST[@]}" --collect-only -m gpu "$@" | grep '::' | awk -v i="$i" -v n="$n" 'NR >= i && (NR - i) % n == 0'
+}
+if [ -n "${SHARD:-}" ]; then
+  [[ $SHARD =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ ]] && (( BASH_REMATCH[1] <= BASH_REMATCH[2] )) \
+    || { echo "SHARD must be I/N with 1 <= I <= N, got '$SHARD'"; exit 2; }
+  case $group in
+    kernels|kernels_a100|sanitizer|retrain) ;;
+    *) echo "SHARD splits the pytest groups only, not $group"; exit 2 ;;
+  esac
+  tag=${group}_${SHARD%/*}of${SHARD#*/}
+fi
+run_tests() {              # pytest on this call's part of the given files, logs under $out/$tag.*
+  local ids
+  mapfile -t ids < <(tests "$@")
+  if [ -n "${DRY:-}" ]; then printf '%s\n' "${ids[@]}"; exit 0; fi
+  (( ${#ids[@]} )) || { echo "no tests selected" > "$out/$tag.log"; return 5; }
+  "${PYTEST[@]}" -m gpu "${ids[@]}" --junitxml="$out/$tag.xml" > "$out/$tag.log" 2>&1
+}
+
 t0=$SECONDS
 case $group in
   kernels)
-    "${PYTEST[@]}" -m gpu tests/test_gpu_kernels.py --junitxml="$out/kernels.xml" > "$out/kernels.log" 2>&1 ;;
+    run_tests tests/test_gpu_kernels.py ;;
   kernels_a100)
-    HYBRID_LAB_GPU_TARGET=A100 "${PYTEST[@]}" -m gpu tests/test_gpu_kernels.py tests/test_gpu_dtype_policy.py \
-      --junitxml="$out/kernels_a100.xml" > "$out/kernels_a100.log" 2>&1 ;;
+    export HYBRID_LAB_GPU_TARGET=A100
+    run_tests tests/test_gpu_kernels.py tests/test_gpu_dtype_policy.py ;;
   sanitizer)
-    "${PYTEST[@]}" -m gpu tests/test_gpu_sanitizer.py --junitxml="$out/sanitizer.xml" > "$out/sanitizer.log" 2>&1 ;;
+    run_tests tests/test_gpu_sanitizer.py ;;
   notebooks)
     wheels .whl-nb
     rc=0
@@ -49,7 +77,7 @@ case $group in
     done
     (exit $rc) ;;
   retrain)
-    "${PYTEST[@]}" -m gpu tests/test_gpu_training_repro.py > "$out/retrain.log" 2>&1 ;;
+    run_tests tests/test_gpu_training_repro.py ;;
   bench)
     wheels .whl
     MAX_JOBS=16 python3 -m gpu_track.bench --only "${SECTIONS:-ssd_chunked,selective_scan}" \
@@ -58,5 +86,5 @@ case $group in
     echo "unknown group $group"; exit 2 ;;
 esac
 rc=$?
-echo "$group: rc $rc in $((SECONDS - t0)) s; $(tail -n 1 "$out/$group.log" 2> /dev/null)" | tee "$out/${group}_summary.txt"
+echo "$tag: rc $rc in $((SECONDS - t0)) s; $(tail -n 1 "$out/$tag.log" 2> /dev/null)" | tee "$out/${tag}_summary.txt"
 exit $rc

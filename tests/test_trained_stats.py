@@ -127,23 +127,33 @@ def test_fewer_than_min_seeds():
     r = stats.compare([0.99, 0.98, 0.97], [0.1, 0.2, 0.3])
     assert r["verdict"] == "untestable here: fewer than 10 seeds" and "3 and 3" in r["reason"]
     assert stats.compare(CLEAR_A, CLEAR_B[:9])["verdict"] == "untestable here: fewer than 10 seeds"
-    assert stats.compare(CLEAR_A[:3], CLEAR_B[:3], min_seeds=3)["verdict"].startswith("not reproduced: no diff")
+    # 3 vs 3 passes min_seeds=3, but the smallest two-sided permutation p is 0.1: no verdict either way
+    assert stats.compare(CLEAR_A[:3], CLEAR_B[:3], min_seeds=3)["verdict"].startswith("untestable here: too noisy")
     assert stats.compare([0.1] * 3, [0.1] * 3, min_seeds=5)["verdict"] == "untestable here: fewer than 5 seeds"
 
 
 def test_better_reproduced_reversed_no_difference():
     r = stats.compare(CLEAR_A, CLEAR_B)
     assert r["verdict"] == "reproduced" and r["diff"] == pytest.approx(0.283) and r["p"] < 0.001
-    assert r["interval"] is None and "10 vs 10 seeds" in r["reason"]
+    assert r["interval"][0] > 0 and "10 vs 10 seeds" in r["reason"]
     assert r["summary_a"]["learned"] == 10 and r["summary_b"]["learned"] == 0
     rev = stats.compare(CLEAR_B, CLEAR_A)
     assert rev["verdict"] == "not reproduced: reversed" and rev["diff"] < 0
+    # no difference detected, and the seeds are too noisy to rule out a gain: untestable, not "not reproduced"
     noisy_a, noisy_b = _spread(0.75, 0.12, 10), _spread(0.73, 0.12, 10)
     nd = stats.compare(noisy_a, noisy_b)
-    assert re.fullmatch(r"not reproduced: no difference detected \(p = \d\.\d\d\)", nd["verdict"]), nd
-    assert f"p = {nd['p']:.2f}" in nd["verdict"] and nd["p"] >= 0.05
-    # alpha decides: a tiny alpha turns the clear case into "no difference detected"
-    assert stats.compare(CLEAR_A, CLEAR_B, alpha=1e-9)["verdict"].startswith("not reproduced: no difference")
+    iv = r"\[[-+]0\.\d\d, [-+]0\.\d\d\]"
+    assert re.fullmatch(rf"untestable here: too noisy to decide \(p = \d\.\d\d, interval {iv}\)", nd["verdict"]), nd
+    assert f"p = {nd['p']:.2f}" in nd["verdict"] and nd["p"] >= 0.05 and nd["interval"][1] > 0.05
+    # no difference detected, and tight enough to exclude any gain above tol: not reproduced
+    tight_a, tight_b = _spread(0.950, 0.005, 10), _spread(0.952, 0.005, 10)
+    ng = stats.compare(tight_a, tight_b)
+    assert re.fullmatch(rf"not reproduced: no gain \(p = \d\.\d\d, interval {iv}\)", ng["verdict"]), ng
+    assert ng["interval"][1] <= 0.05 and ng["p"] >= 0.05
+    # the boundary: the same seeds with tol just below the interval's top are too noisy
+    assert stats.compare(tight_a, tight_b, tol=ng["interval"][1] / 2)["verdict"].startswith("untestable here: too")
+    # alpha decides: a tiny alpha turns the clear case into undecided (its interval holds gains far above tol)
+    assert stats.compare(CLEAR_A, CLEAR_B, alpha=1e-9)["verdict"].startswith("untestable here: too noisy")
 
 
 def test_neither_learned():
@@ -161,8 +171,8 @@ def test_same_branches():
     assert -0.05 <= lo < r["diff"] < hi <= 0.05
     assert stats.compare(tight_a, tight_b, expect="same", tol=0.001)["verdict"].startswith("untestable here: too")
     differ = stats.compare(CLEAR_A, [0.85 + 0.01 * i for i in range(10)], expect="same")
-    assert re.fullmatch(r"not reproduced: differ by 0\.\d\d", differ["verdict"]) and differ["p"] < 0.05
-    assert differ["verdict"] == f"not reproduced: differ by {abs(differ['diff']):.2f}"
+    assert re.fullmatch(r"not reproduced: differ by 0\.\d\d \(p = \S+\)", differ["verdict"]) and differ["p"] < 0.05
+    assert differ["verdict"] == f"not reproduced: differ by {abs(differ['diff']):.2f} (p = {differ['p']:.2g})"
     noisy = stats.compare(_spread(0.75, 0.12, 10), _spread(0.73, 0.12, 10), expect="same")
     assert re.fullmatch(r"untestable here: too noisy to show equality \(interval \[[-+]0\.\d\d, [-+]0\.\d\d\]\)",
                         noisy["verdict"]), noisy

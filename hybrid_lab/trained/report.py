@@ -3,8 +3,9 @@
 Every verdict is computed from the stored per-seed accuracies, never written by hand, by
 :func:`hybrid_lab.trained.stats.compare`: "untestable here" first (fewer than 10 seeds, both at ceiling, both on
 the chance / plateau line, or no model that learned the task), then a permutation test of the mean difference
-("reproduced" / "not reproduced: reversed" / "no difference detected") or, for a claim of equality, a bootstrap
-interval inside ± 0.05. Seeds are summarized by the share that learned the task (accuracy >= 0.9 on the
+("reproduced" / "not reproduced: reversed"; with no difference detected, "not reproduced: no gain" only when the
+bootstrap interval of the difference excludes a gain above 0.05, else "untestable here: too noisy to decide") or,
+for a claim of equality, a bootstrap interval inside ± 0.05. Seeds are summarized by the share that learned the task (accuracy >= 0.9 on the
 experiment's ``learn`` setting, with a Wilson interval), the median steps they took, and the accuracy among them.
 """
 from __future__ import annotations
@@ -332,13 +333,13 @@ def ablation_rows(res: dict, exp: str = "ablation9", directions=DIRECTIONS_9, le
         out = stats.compare_learners(per_seed(res, exp, d.better, d.setting), per_seed(res, exp, d.worse, d.setting),
                                      learned[0], learned[1], d.expect, chance=(chance or {}).get(d.setting))
         cells = []
-        for m, sh in ((d.better, out["learned_a"]), (d.worse, out["learned_b"])):
-            among = "-" if sh["k"] == 0 else f"{sh['acc']:.2f}"
-            cells.append(f"{m}: {sh['k']}/{sh['n']} learned, {among}")
+        for m, side in ((d.better, out["learned_a"]), (d.worse, out["learned_b"])):
+            among = "-" if side["k"] == 0 else f"{side['acc']:.2f}"
+            cells.append(f"{m}: {side['k']}/{side['n']} learned, {among}")
         (ka, na), (kb, nb) = ((out[s]["k"], out[s]["n"]) for s in ("learned_a", "learned_b"))
-        sh = stats.compare_shares(ka, na, kb, nb, alpha=0.05 / len(directions))
-        shares = (f"{ka}/{na} [{sh['a'][0]:.2f}, {sh['a'][1]:.2f}] vs {kb}/{nb} [{sh['b'][0]:.2f}, {sh['b'][1]:.2f}]"
-                  f": {sh['verdict']}")
+        test = stats.compare_shares(ka, na, kb, nb, alpha=0.05 / len(directions))
+        shares = (f"{ka}/{na} [{test['a'][0]:.2f}, {test['a'][1]:.2f}] vs {kb}/{nb} [{test['b'][0]:.2f}, "
+                  f"{test['b'][1]:.2f}]: {test['verdict']}")
         rows.append([d.name, *cells, out["verdict"], d.reported, shares])
     return rows
 

@@ -5,9 +5,16 @@ Decision rules of ``compare`` (first match wins):
 1. untestable here: fewer than ``min_seeds`` seeds on a side; both means >= ``ceiling``; every seed of both
    <= ``chance`` + 0.05 (plateau); no seed of either reaches ``level`` (for "same": no seed of b reaches it).
 2. "better": reproduced when mean(a) > mean(b) and the two-sided permutation p < ``alpha``; reversed when
-   mean(a) < mean(b) and p < alpha; otherwise "no difference detected" (not evidence of equality).
+   mean(a) < mean(b) and p < alpha; otherwise (no difference detected) "not reproduced: no gain" only when the
+   bootstrap 95% interval of mean(a) - mean(b) excludes every gain above ``tol``, and untestable (too noisy to
+   decide) when it does not: no detected difference is not evidence against the claim unless the seeds could have
+   shown the gain.
 3. "same": reproduced when the bootstrap 95% interval of mean(a) - mean(b) lies inside [-tol, tol]; "differ" when
    p < alpha; otherwise untestable (too noisy to show equality).
+
+Ceiling and chance are judged on both sides together: one side at the ceiling can still be shown better or worse
+than a side below it (the ceiling only hides how much better), and one side on the chance line can be shown worse
+than a side that left it; two sides at the ceiling, or both on the plateau, cannot be told apart.
 """
 from __future__ import annotations
 
@@ -235,7 +242,7 @@ def compare(a, b, expect="better", level=0.9, chance=None, ceiling=0.99, min_see
             n_perm=20000, seed=0) -> dict:
     """Decide a claim from per-seed accuracies: a is the model claimed better (expect "better") or equal ("same"),
     b the other. Returns verdict, reason, diff (mean(a) - mean(b)), p (two-sided permutation p of the mean
-    difference), interval (bootstrap 95% interval of diff for "same", else None), summary_a, summary_b. The rules:
+    difference), interval (bootstrap 95% interval of diff), summary_a, summary_b. The rules:
     see the module docstring. Deterministic for a given seed."""
     a, b = _accs("a", a), _accs("b", b)
     expect = _expect(expect)
@@ -252,10 +259,10 @@ def compare(a, b, expect="better", level=0.9, chance=None, ceiling=0.99, min_see
     ma, mb = float(a.mean()), float(b.mean())
     diff = ma - mb
     p = _perm_p(a, b, n_perm, perm_rng)
-    interval = _bootstrap(a, b, boot_rng) if expect == "same" else None
+    interval = _bootstrap(a, b, boot_rng)
     out = {"diff": diff, "p": p, "interval": interval, "summary_a": summarize(a, level=level),
            "summary_b": summarize(b, level=level)}
-    iv = "" if interval is None else f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
+    iv = f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
 
     decided = _untestable(ma, mb, (a.size, b.size), chance, ceiling, min_seeds, (float(a.max()), float(b.max())))
     if decided is None and a.max() < level and b.max() < level:
@@ -272,17 +279,21 @@ def compare(a, b, expect="better", level=0.9, chance=None, ceiling=0.99, min_see
             decided = ("reproduced", f"{stat} < alpha {alpha:g} {n}")
         elif diff < 0 and p < alpha:
             decided = ("not reproduced: reversed", f"{stat} < alpha {alpha:g} {n}: b is better")
+        elif interval[1] <= tol:
+            decided = (f"not reproduced: no gain (p = {p:.2f}, interval {iv})",
+                       f"{stat} >= alpha {alpha:g} {n}, and the 95% bootstrap interval of the gain {iv} excludes "
+                       f"every gain above {tol:g}: the seeds would have shown one")
         else:
-            decided = (f"not reproduced: no difference detected (p = {p:.2f})",
-                       f"{stat} >= alpha {alpha:g} {n}: no evidence of a difference, which is not evidence of "
-                       f"equality")
+            decided = (f"{UNTESTABLE}too noisy to decide (p = {p:.2f}, interval {iv})",
+                       f"{stat} >= alpha {alpha:g} {n}: no difference detected, but the 95% bootstrap interval of "
+                       f"the gain {iv} still holds gains above {tol:g}; more seeds needed")
     if decided is None:                                          # expect "same"
         lo, hi = interval
         if -tol <= lo and hi <= tol:
             decided = (f"reproduced (equal within ±{tol:g})",
                        f"the 95% bootstrap interval of the difference {iv} lies inside ±{tol:g}")
         elif p < alpha:
-            decided = (f"not reproduced: differ by {abs(diff):.2f}",
+            decided = (f"not reproduced: differ by {abs(diff):.2f} (p = {p:.2g})",
                        f"diff {diff:+.3f}, p = {p:.3g} < alpha {alpha:g}; interval {iv}")
         else:
             decided = (f"{UNTESTABLE}too noisy to show equality (interval {iv})",

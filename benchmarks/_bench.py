@@ -22,9 +22,9 @@ def best_of(fn, repeats: int = 3) -> float:
     return min(times)
 
 
-def write_result(name: str, payload: dict) -> Path:
-    """Write ``results/<name>.json`` with the machine (platform, CPUs, Python, numpy) added."""
-    out = RESULTS / f"{name}.json"
+def write_result(name: str, payload: dict, out=None) -> Path:
+    """Write ``results/<name>.json`` (or ``out``) with the machine (platform, CPUs, Python, numpy) added."""
+    out = RESULTS / f"{name}.json" if out is None else Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
                "numpy": np.__version__}

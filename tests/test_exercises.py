@@ -7,8 +7,8 @@ For every exercise of every solution notebook:
 * every wrong answer kept in ``tests/wrong_answers/labNN.py`` (at least two per exercise: a missing term, a wrong
   sign, off by one, delegation to the library ...) fails on every one of 5 seeds, as "fail", not "not done".
 The same through the real grader, one notebook run per set of wrong answers; a correct answer with a ``print`` and a
-warning passes; every untouched lab runs top to bottom with nbclient (no ``allow_errors``) in < 60 s and its checks
-print "not done yet".
+warning passes; every untouched lab runs top to bottom with nbclient (no ``allow_errors``) in < 60 s and 2 GB, and
+its checks print "not done yet".
 """
 from __future__ import annotations
 
@@ -159,6 +159,7 @@ def test_untouched_lab_runs_to_the_end_in_under_a_minute(lab, tmp_path):
     import nbclient
 
     nb = nbformat.read(str(lab), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(course.PEAK_RSS_CELL))      # the kernel's peak memory, printed last
     t0 = time.perf_counter()
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=False,
                                      resources={"metadata": {"path": str(lab.parent)}},
@@ -170,6 +171,9 @@ def test_untouched_lab_runs_to_the_end_in_under_a_minute(lab, tmp_path):
     for e in course.exercises(nb):
         assert f"Exercise {e.id} not done yet" in text, f"{lab.name}: no 'not done yet' for {e.id}"
     assert took < 60, f"{lab.name}: Run All took {took:.0f} s"
+    own, children = course.peak_rss(nb)
+    assert own < 2 * 2 ** 30 and children < 2 * 2 ** 30, f"{lab.name}: peak memory {own / 2 ** 20:.0f} MB " \
+        f"(kernel), {children / 2 ** 20:.0f} MB (its largest child)"
 
 
 # ------------------------------------------------------------------------------------------ integers of any size

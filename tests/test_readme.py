@@ -60,3 +60,29 @@ def test_docs_name_only_files_that_exist():
             if not any(p.exists() for p in here):
                 missing.append(f"{doc.name}: {path}")
     assert not missing, f"docs name files that do not exist: {missing}"
+
+
+def _run_all_rows(text: str) -> dict:
+    """{notebook number: (seconds, MB)} of a "Run All (measured) | peak memory (measured)" table in ``text``."""
+    rows = {}
+    for m in re.finditer(r"^\| \d+ \| \[?(\d\d) [^|]*\| ([\d.]+) s \| (\d+) MB \|", text, re.M):
+        rows[m.group(1)] = (float(m.group(2)), int(m.group(3)))
+    return rows
+
+
+def test_run_all_tables_are_the_benchmarks_numbers():
+    """The README's and notebook 00's Run All columns are benchmarks/results/run_all.json
+    (``python benchmarks/bench_run_all.py``), every lab in both, each within the 60 s / 2 GB targets."""
+    import json
+
+    import nbformat
+
+    bench = json.loads((ROOT / "benchmarks" / "results" / "run_all.json").read_text())["notebooks"]
+    want = {k[:2]: (v["seconds"], round(v["peak_rss_mb"])) for k, v in bench.items()}
+    labs = {p.name[:2] for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb")}
+    assert set(want) == labs, "run benchmarks/bench_run_all.py: run_all.json must time every lab"
+    nb00 = nbformat.read(str(ROOT / "solutions" / "00_three_costs.ipynb"), as_version=4)
+    for where, text in (("README.md", (ROOT / "README.md").read_text()),
+                        ("notebook 00", "\n".join(c.source for c in nb00.cells if c.cell_type == "markdown"))):
+        assert _run_all_rows(text) == want, f"{where}'s Run All table differs from run_all.json"
+    assert all(s < 60 and mb < 2048 for s, mb in want.values()), want

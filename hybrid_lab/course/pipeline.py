@@ -346,6 +346,31 @@ def poll_in_slices(kc, step: float = 0.5) -> None:
         channel.get_msg = sliced(channel.get_msg)
 
 
+# A last cell to append to a notebook before running it: prints the kernel's own peak resident set and the largest
+# of the processes it started and waited for, in bytes (Linux reports kB, macOS bytes; -1 where there is no resource
+# module, i.e. on Windows). peak_rss reads it back.
+PEAK_RSS_CELL = """\
+import sys
+try:
+    import resource
+    _unit = 1 if sys.platform == "darwin" else 1024
+    print("PEAK_RSS_BYTES", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _unit,
+          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * _unit)
+except ImportError:
+    print("PEAK_RSS_BYTES -1 -1")
+"""
+
+
+def peak_rss(nb) -> tuple:
+    """(kernel, children) peak resident bytes that :data:`PEAK_RSS_CELL`, run as ``nb``'s last cell, printed; -1
+    where the platform cannot tell."""
+    text = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.get("output_type") == "stream")
+    fields = text.split()
+    if len(fields) != 3 or fields[0] != "PEAK_RSS_BYTES":
+        raise ValueError(f"nb's last cell must be PEAK_RSS_CELL, run; it printed {text!r}")
+    return int(fields[1]), int(fields[2])
+
+
 def execute(path, timeout: int = 600) -> None:
     """Run a notebook top to bottom in a fresh kernel (cwd = its folder) and store the outputs in place."""
     import nbclient

@@ -5,8 +5,9 @@ Every verdict is computed from the stored per-seed accuracies, never written by 
 the chance / plateau line, or no model that learned the task), then a permutation test of the mean difference
 ("reproduced" / "not reproduced: reversed"; with no difference detected, "not reproduced: no gain" only when the
 bootstrap interval of the difference excludes a gain above 0.05, else "untestable here: too noisy to decide") or,
-for a claim of equality, a bootstrap interval inside ± 0.05. Seeds are summarized by the share that learned the task (accuracy >= 0.9 on the
-experiment's ``learn`` setting, with a Wilson interval), the median steps they took, and the accuracy among them.
+for a claim of equality, a bootstrap interval inside ± 0.05. Seeds are summarized by the share that learned the task
+(accuracy >= 0.9 on the experiment's ``learn`` setting, with a Wilson interval), the median steps they took, and the
+accuracy among them.
 """
 from __future__ import annotations
 

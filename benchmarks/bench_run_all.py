@@ -15,33 +15,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import nbformat  # noqa: E402
-from nbclient import NotebookClient  # noqa: E402
-
 from _bench import write_result  # noqa: E402
 
-from hybrid_lab.course.pipeline import PEAK_RSS_CELL, peak_rss, poll_in_slices  # noqa: E402
+from hybrid_lab.course.pipeline import run_all as course_run_all  # noqa: E402
+
 
 def run_all(lab: Path, timeout: int = 300) -> dict:
     """Run one lab top to bottom in a fresh kernel; {"seconds", "peak_rss_mb", "children_peak_rss_mb"}."""
-    nb = nbformat.read(str(lab), as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(PEAK_RSS_CELL))
-    starts = {}
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(lab.parent)}},
-                            on_notebook_start=lambda notebook: poll_in_slices(client.kc),
-                            on_cell_start=lambda cell, cell_index: starts.setdefault("t0", time.perf_counter()))
-    client.execute()
-    seconds = time.perf_counter() - starts["t0"]
-    own, children = peak_rss(nb)
+    r = course_run_all(lab, timeout)
     mb = (lambda b: None if b < 0 else round(b / 2 ** 20, 1))
-    return {"seconds": round(seconds, 1), "peak_rss_mb": mb(own), "children_peak_rss_mb": mb(children)}
+    return {"seconds": round(r["seconds"], 1), "peak_rss_mb": mb(r["peak_rss"][0]),
+            "children_peak_rss_mb": mb(r["peak_rss"][1])}
 
 
 def main(argv=None) -> int:

@@ -371,6 +371,29 @@ def peak_rss(nb) -> tuple:
     return int(fields[1]), int(fields[2])
 
 
+def run_all(path, timeout: int = 120) -> dict:
+    """Run All on the notebook at ``path`` as it is, in a fresh kernel (cwd = its folder), nothing saved: what a
+    student's first Run All does. Returns {"nb": the notebook with its outputs (:data:`PEAK_RSS_CELL` appended and
+    run last), "wall": seconds from the kernel's start, "seconds": from the first cell's start, "peak_rss":
+    (kernel, children) peak resident bytes, -1 where the platform cannot tell}. A cell that raises raises."""
+    import time
+
+    import nbclient
+    import nbformat
+
+    path = Path(path)
+    nb = read_notebook(path)
+    nb.cells.append(nbformat.v4.new_code_cell(PEAK_RSS_CELL))
+    t = {"start": time.perf_counter()}
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=False,
+                                     resources={"metadata": {"path": str(path.parent)}},
+                                     on_notebook_start=lambda notebook: poll_in_slices(client.kc),
+                                     on_cell_start=lambda cell, cell_index: t.setdefault("first", time.perf_counter()))
+    client.execute()        # poll_in_slices: a missed zmq wake-up must not count as the notebook's time
+    end = time.perf_counter()
+    return {"nb": nb, "wall": end - t["start"], "seconds": end - t["first"], "peak_rss": peak_rss(nb)}
+
+
 def execute(path, timeout: int = 600) -> None:
     """Run a notebook top to bottom in a fresh kernel (cwd = its folder) and store the outputs in place."""
     import nbclient

@@ -13,8 +13,9 @@
 #                configs, no FP8; 161 of 264 in 370 s on an H100, so SHARD=1/2 and 2/2 there)
 #   sanitizer    the compute-sanitizer memcheck groups                       (8 passed, 283 s on 2026-12-02)
 #   notebooks    every notebook under the Triton backend, strict nbval, one notebook per process (wheels: .whl-nb/)
-#   retrain      every trained family's ensemble retrained and compared (tests/test_gpu_training_repro.py: two
-#                runs of about 8 minutes each on an H200, so SHARD=1/2 and SHARD=2/2, one call each)
+#   retrain      every trained family's ensemble retrained and compared (tests/test_gpu_training_repro.py: MQAR
+#                and retrieval9, about 8 minutes each on an H200, SHARD=1/3 and 2/3, one call each; the 4-layer
+#                retrieval experiment, stored from an H100, SHARD=3/3 on an H100, about 3 minutes)
 #   bench        gpu_track.bench for the comma-separated sections in SECTIONS (default ssd_chunked,selective_scan), with
 #                fla-core from .whl/ and mamba-ssm's source under .devrun/peers/; merge the JSON afterwards with
 #                benchmarks/merge_bench.py

@@ -1,23 +1,17 @@
 """benchmarks/compare_checkpoints.py, the bit-for-bit check of a retraining against the stored checkpoints: a copy
 passes; a changed weight or a changed recorded number fails; a new code version alone is reported, not a failure
 (a retraining after a change that computes nothing new, such as an input check)."""
-import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 
+from bench_scripts import load
 from hybrid_lab.trained import train
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _compare():
-    spec = importlib.util.spec_from_file_location("compare_checkpoints", ROOT / "benchmarks" / "compare_checkpoints.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.compare
+    return load("compare_checkpoints").compare
 
 
 def _copy(tmp_path, exp="mqar", model="dense_mha"):

@@ -4,10 +4,12 @@
 of the three models again into a temporary folder (vmapped ensembles, CUDA graphs, deterministic kernels) and
 compares every weight, every per-seed accuracy and the validation sweep with the stored checkpoints; so does
 ``hybrid-lab train retrieval9 --models hysparse_9 hysparse2_9 --jobs 2 --verify`` for the HySparse and HySparse2
-families (the stack family is MQAR's). A whole ensemble, not one seed, is trained again: its members are computed
+families (the stack family is MQAR's), and ``hybrid-lab train retrieval --models dense hysparse hysparse2 --jobs 3
+--verify`` for all three families of the 4-layer experiment (stored from an H100, so that part runs on an H100, the
+other two on an H200). A whole ensemble, not one seed, is trained again: its members are computed
 together, so one seed alone is another computation. Bit-identity is promised for the same GPU, torch and CUDA
 versions as the stored runs (their ``versions`` record): on another machine the test is skipped and says what
-differs. About 8 minutes each on one H200: ``pytest -m gpu tests/test_gpu_training_repro.py``. The CPU side (an ensemble member is a plain AdamW training, two
+differs. About 8 minutes each on one H200, 3 on one H100: ``pytest -m gpu tests/test_gpu_training_repro.py``. The CPU side (an ensemble member is a plain AdamW training, two
 runs are bit-identical, the code version) is tests/test_trained_ensemble.py.
 """
 import json
@@ -24,8 +26,9 @@ from hybrid_lab.trained import train  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the stored checkpoints "
                                                                          "were trained on one)")]
-# (experiment, models): every family once (stack: mamba2, the hybrid, dense; hysparse; hysparse2)
-RUNS = [("mqar", ("mamba2", "mamba2_hybrid", "dense")), ("retrieval9", ("hysparse_9", "hysparse2_9"))]
+# (experiment, models): every family once per GPU kind (stack: mamba2, the hybrid, dense; hysparse; hysparse2)
+RUNS = [("mqar", ("mamba2", "mamba2_hybrid", "dense")), ("retrieval9", ("hysparse_9", "hysparse2_9")),
+        ("retrieval", ("dense", "hysparse", "hysparse2"))]
 TIMEOUT_S = 3600                 # about 8 minutes each on one H200; a slower GPU or a busy one gets room
 
 

@@ -1,20 +1,15 @@
 """benchmarks/merge_bench.py, how one bench run enters the stored GPU results: its (kernel, phase) rows replace the
 stored ones and name their run, other rows stay; config and checks keys are replaced, errors appended; a run from
 another machine or with no rows is refused."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_scripts import load
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("merge_bench", ROOT / "benchmarks" / "merge_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("merge_bench")
 
 
 def _row(kernel, phase, ms, run=None):

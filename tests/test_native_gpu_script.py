@@ -30,7 +30,7 @@ def _ids(group, shard, tmp):
     return [line for line in r.stdout.splitlines() if line]
 
 
-@pytest.mark.parametrize("group, n", [("sanitizer", 3), ("retrain", 2)])
+@pytest.mark.parametrize("group, n", [("sanitizer", 3), ("retrain", 3)])
 def test_the_parts_of_a_group_are_the_whole_group_once(group, n, tmp_path):
     whole = _ids(group, "1/1", tmp_path)
     parts = [_ids(group, f"{i}/{n}", tmp_path) for i in range(1, n + 1)]

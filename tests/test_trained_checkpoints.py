@@ -142,23 +142,18 @@ def test_numpy_rescoring_gives_the_stored_accuracy(exp, model, seed):
 
 def test_every_checkpoint_was_trained_by_the_committed_code():
     """Each checkpoint stores the code version of what trained it (the training sources' code, its experiment and
-    model specs): it must equal the committed code's. The retrieval experiment predates code versions (trained by
-    the earlier per-process loop, not yet retrained): listed, so a new unversioned checkpoint fails too."""
+    model specs): it must equal the committed code's. A checkpoint without a code version fails."""
     from hybrid_lab.trained import ensemble
 
-    unversioned = set()
     for p in METAS:
         meta = json.loads(p.with_suffix(".json").read_text())
-        if "versions" not in meta:
-            unversioned.add(p.parent.parent.name)
-            continue
+        assert "versions" in meta, f"{_name(p)} records no code version: retrain it"
         exp = train.EXPERIMENTS[meta["experiment"]]
         want = ensemble.code_version(train.training_text(exp, meta["model"]))
         assert meta["versions"]["code_version"] == want, (
             f"{_name(p)} was trained by code version {meta['versions']['code_version']}, the committed code is "
             f"{want}: retrain it (hybrid-lab train {exp.name} --models {meta['model']})")
         assert meta["train"]["lr"] in exp.lrs and meta["train"]["steps"] == exp.steps
-    assert unversioned <= {"retrieval"}
 
 
 def test_mqar_protocol_equal_parameters_tokens_and_a_validation_choice():

@@ -97,8 +97,8 @@ def test_stored_summary_agrees_with_the_other_sparda_experiments_on_the_stored_b
     rec = s["recipe"]
     for lab, by_lr in rec["val_loss_by_lr"].items():                 # the rate with the lowest validation loss
         assert rec["chosen_lr"][lab] == min(rec["lrs"], key=lambda lr: (by_lr[str(lr)], lr))
-        assert by_lr == {k: round(float(np.mean([s["per_seed"][x]["val_loss"][lab][k] for x in map(str, s["seeds"])])),
-                                  5) for k in by_lr}
+        for k, v in by_lr.items():          # the mean of the unrounded losses, rounded; the seeds' are rounded too
+            assert abs(v - np.mean([s["per_seed"][x]["val_loss"][lab][k] for x in map(str, s["seeds"])])) <= 1.5e-5
     rows = ss.summary_rows(s, 4)
     for row, b in zip(rows, ss.BACKBONES):
         vals = [s["per_seed"][x]["final"][f"{b}: infllm k=4 needle"] for x in map(str, s["seeds"])]

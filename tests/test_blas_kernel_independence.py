@@ -1,9 +1,11 @@
-"""Notebook 04's indexer training prints the same numbers whatever matrix kernels the CPU's BLAS picks.
+"""Notebooks 04 and 11 train indexers live and print the same numbers whatever matrix kernels the CPU's BLAS picks.
 
 The same float64 products round differently in OpenBLAS's AVX2 (Haswell) and SSE/AVX (Sandybridge) kernels, and a
 long enough Adam run amplifies those last bits into printed digits: 300 steps end at a KL of 0.1154 or 0.1009. The
-notebook trains 100 steps, where both kernels still agree. Each run is its own process (OPENBLAS_CORETYPE is read
-when numpy loads), on x86-64 with numpy's OpenBLAS only."""
+notebook trains 100 steps, where both kernels still agree. Notebook 11's RoPE ablation (a chaotic content-only
+training on the trained model's attention) printed other digits on another machine and at another thread count; its
+model forward runs without BLAS (``dsa.sparse_forward(..., fixed_order=True)``), so its bits do not depend on either.
+Each run is its own process (OPENBLAS_CORETYPE is read when numpy loads), on x86-64 with numpy's OpenBLAS only."""
 import json
 import os
 import platform
@@ -68,3 +70,32 @@ def test_notebook_04_indexer_training_prints_the_same_under_two_blas_kernels():
     # the check can fail: 300 steps print different numbers under the two kernels
     long = {ct: _run(ct, 300) for ct in ("Haswell", "Sandybridge")}
     assert long["Haswell"] != long["Sandybridge"], long
+
+
+DSA_SCRIPT = """
+import sys
+from hybrid_lab.trained import dsa, tasks, train
+fixed = sys.argv[1] == "fixed"
+model, _ = train.load_checkpoint(train.CHECKPOINTS / "retrieval" / "dense" / "seed0")
+toks = tasks.mix(2, 64, seed=7, n_local=2).tokens
+ixs, log = dsa.train_layer_indexers(model, toks, steps=30, lr=1e-2, rope_dims=0, fixed_order=fixed)
+logits = dsa.sparse_forward(model, toks[0], fixed_order=fixed)
+sys.stdout.write(log["loss"].tobytes().hex() + " " + logits.tobytes().hex())
+"""
+
+
+def _dsa_run(mode: str, coretype: str, threads: str) -> str:
+    env = {**os.environ, "OPENBLAS_CORETYPE": coretype, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+    return subprocess.run([sys.executable, "-c", DSA_SCRIPT, mode], env=env, capture_output=True, text=True,
+                          timeout=600, check=True).stdout
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64") or not _openblas(),
+                    reason="needs numpy's OpenBLAS on x86-64 (OPENBLAS_CORETYPE picks its kernels)")
+def test_notebook_11_fixed_order_training_is_bit_identical_under_any_blas_kernel_and_thread_count():
+    runs = [("Haswell", "1"), ("Sandybridge", "1"), ("Haswell", "2")]
+    fixed = {r: _dsa_run("fixed", *r) for r in runs}
+    assert len(set(fixed.values())) == 1, "fixed_order gave other bits under another BLAS kernel or thread count"
+    # the check can fail: through BLAS the same 30 steps differ in their bits between the kernels
+    blas = {r: _dsa_run("blas", *r) for r in runs[:2]}
+    assert blas[runs[0]] != blas[runs[1]]

@@ -22,6 +22,16 @@ def test_selecting_every_position_is_dense_attention():
     assert np.abs(got - model.forward(t)).max() <= 1e-10 * np.abs(got).max()
 
 
+def test_fixed_order_forward_is_the_model_to_rounding():
+    model, _ = train.load_checkpoint(DENSE, dtype="float64")
+    t = tasks.mix(1, 64, seed=8, n_local=2).tokens[0]
+    got = dsa.sparse_forward(model, t, fixed_order=True)
+    assert np.abs(got - model.forward(t)).max() <= 1e-12 * np.abs(got).max()
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="fixed_order must be True or False"):
+            dsa.sparse_forward(model, t, fixed_order=bad)
+
+
 @pytest.mark.parametrize("layer", [1, 3])
 def test_indexer_gradient_on_the_real_model_matches_finite_differences(layer):
     model, _ = train.load_checkpoint(DENSE, dtype="float64")

@@ -42,6 +42,13 @@ def int_in(name: str, value, lo: int, hi: int) -> int:
     return int(value)
 
 
+def flag(name: str, value) -> bool:
+    """``value`` as a bool if it is one (numpy's bool too); anything else (1, "yes", None) is a ValueError."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
 def finite_number(name: str, value) -> float:
     """A finite real number (NaN, inf, strings and arrays are refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)) \

@@ -95,22 +95,33 @@ def layer_qkv(model, i: int, x):
     return _qkv(model, i, x, np.arange(len(x)))
 
 
-def _qkv(model, i, x, pos):
+def _mm(a, b, fixed_order: bool = False):
+    """a @ b for 2-D arrays; with ``fixed_order`` summed by numpy's own einsum loop (no BLAS). BLAS libraries sum
+    the products in an order that depends on the CPU's kernel and on the thread count, so the last bits of ``@``
+    differ between machines; a short indexer training amplifies them into the second printed digit. Without BLAS
+    the same numpy gives the same bits on every machine (the indexer's own training does the same:
+    hybrid_lab.models.lightning_indexer)."""
+    return np.einsum("ik,kj->ij", a, b) if fixed_order else a @ b
+
+
+def _qkv(model, i, x, pos, fixed_order: bool = False):
     cfg, w, p = model.cfg, model.weights, f"layer.{i}.attn."
     T = len(x)
-    q = (x @ w[p + "wq"]).reshape(T, cfg.n_heads_q, cfg.d_qk)
-    k = (x @ w[p + "wk"]).reshape(T, cfg.n_heads_kv, cfg.d_qk)
-    v = (x @ w[p + "wv"]).reshape(T, cfg.n_heads_kv, cfg.d_v)
+    q = _mm(x, w[p + "wq"], fixed_order).reshape(T, cfg.n_heads_q, cfg.d_qk)
+    k = _mm(x, w[p + "wk"], fixed_order).reshape(T, cfg.n_heads_kv, cfg.d_qk)
+    v = _mm(x, w[p + "wv"], fixed_order).reshape(T, cfg.n_heads_kv, cfg.d_v)
     rot = cfg.rope_dims_attn
     return apply_rope(q, pos, rot, cfg.rope_base), apply_rope(k, pos, rot, cfg.rope_base), v
 
 
-def sparse_forward(model, tokens, selector=None, capture: list | None = None) -> np.ndarray:
+def sparse_forward(model, tokens, selector=None, capture: list | None = None,
+                   fixed_order: bool = False) -> np.ndarray:
     """The dense model's forward where each attention layer reads only what ``selector`` picks.
 
     model: a trained dense :class:`Stack`; tokens: (T,) ints. selector(i, x, probs) -> idx (T, Hkv, K) positions
     (-1 padded, each <= its query) or None (dense), with x (T, D) the layer's normalized input and probs (T, Hq, T)
     its dense attention probabilities. capture: a list that receives one dict per layer {"x", "probs"}.
+    fixed_order: every product without BLAS (:func:`_mm`): the same bits on every machine, slower.
     Returns logits (T, vocab).
     """
     model = dense_model(model)
@@ -120,6 +131,7 @@ def sparse_forward(model, tokens, selector=None, capture: list | None = None) ->
         raise ValueError(f"selector must be None or a function (i, x, probs) -> idx, got {type(selector).__name__}")
     if capture is not None and not isinstance(capture, list):
         raise ValueError(f"capture must be None or a list, got {type(capture).__name__}")
+    fixed_order = checks.flag("fixed_order", fixed_order)
     T = len(tokens)
     pos = np.arange(T)
     causal = pos[None, :] <= pos[:, None]
@@ -127,7 +139,7 @@ def sparse_forward(model, tokens, selector=None, capture: list | None = None) ->
     h = w["embed"][tokens]
     for i in range(cfg.n_layers):
         x = rms_norm(h)
-        q, k, v = _qkv(model, i, x, pos)
+        q, k, v = _qkv(model, i, x, pos, fixed_order)
         o, probs = masked_attention(q, k, v, causal, scale)
         if capture is not None:
             capture.append({"x": x, "probs": probs})
@@ -135,16 +147,17 @@ def sparse_forward(model, tokens, selector=None, capture: list | None = None) ->
         if idx is not None:
             idx = _selection(idx, i, T, cfg.n_heads_kv)
             o = sparse_attention(q[None], k[None], v[None], idx[None], scale=scale)[0]
-        h = h + o.reshape(T, -1) @ w[f"layer.{i}.attn.wo"]
-        h = h + silu(rms_norm(h) @ w[f"layer.{i}.mlp.w1"]) @ w[f"layer.{i}.mlp.w2"]
-    return rms_norm(h) @ w["lm_head"]
+        h = h + _mm(o.reshape(T, -1), w[f"layer.{i}.attn.wo"], fixed_order)
+        u = silu(_mm(rms_norm(h), w[f"layer.{i}.mlp.w1"], fixed_order))
+        h = h + _mm(u, w[f"layer.{i}.mlp.w2"], fixed_order)
+    return _mm(rms_norm(h), w["lm_head"], fixed_order)
 
 
-def layer_attention(model, tokens) -> list:
+def layer_attention(model, tokens, fixed_order: bool = False) -> list:
     """Per layer {"x": (T, D) normalized input, "probs": (T, Hq, T), "target": (T, T) heads summed and
-    L1-normalized (DSA's warm-up target)} of one dense forward."""
+    L1-normalized (DSA's warm-up target)} of one dense forward (``fixed_order``: as :func:`sparse_forward`)."""
     cap: list = []
-    sparse_forward(model, tokens, capture=cap)
+    sparse_forward(model, tokens, capture=cap, fixed_order=fixed_order)
     for c in cap:
         s = c["probs"].sum(axis=1)
         c["target"] = s / s.sum(axis=-1, keepdims=True)
@@ -188,12 +201,15 @@ def random_selector(k: int, seed: int = 0):
 
 def train_layer_indexers(model, train_tokens, steps: int = 300, lr: float = 3e-3, stage: str = "dense",
                          topk: int | None = None, indexers: list | None = None, n_heads: int = 4, d_index: int = 16,
-                         rope_dims: int = 8, seed: int = 0, show_progress: bool = False) -> tuple:
+                         rope_dims: int = 8, seed: int = 0, show_progress: bool = False,
+                         fixed_order: bool = False) -> tuple:
     """Train one lightning indexer per attention layer by KL to that layer's attention (the model frozen).
 
     train_tokens: (N, T) training sequences; each step takes the next sequence (cycling) and updates every layer's
     indexer with Adam (global-norm clip 1.0). stage "dense" (warm-up) or "sparse" (KL on the indexer's own top-k:
-    pass ``topk``; continue from ``indexers``). Returns (indexers, {"loss": (steps, n_layers) per-query KL}).
+    pass ``topk``; continue from ``indexers``). fixed_order: the model's forward without BLAS (the same targets,
+    so the same indexers, on every machine; :func:`sparse_forward`). Returns (indexers, {"loss": (steps, n_layers)
+    per-query KL}).
     """
     from hybrid_lab.core.progress import progress
 
@@ -222,7 +238,7 @@ def train_layer_indexers(model, train_tokens, steps: int = 300, lr: float = 3e-3
     for step in it:
         n = step % len(toks)
         if n not in cache:
-            cache[n] = layer_attention(model, toks[n])
+            cache[n] = layer_attention(model, toks[n], fixed_order)
         T = toks.shape[1]
         for i, (ix, opt) in enumerate(zip(indexers, opts)):
             c = cache[n][i]
@@ -363,9 +379,10 @@ def task_step(net, opt, batch, masks=None) -> float:
     return float(loss.detach())
 
 
-def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
+def indexer_recall(model, indexers, tokens, k: int, fixed_order: bool = False) -> np.ndarray:
     """Per layer: mean fraction of the oracle top-k (attention mass) the indexer's top-k finds, over the
-    sequences ``tokens`` (N, T), queries with at least k visible positions only. Returns (n_layers,)."""
+    sequences ``tokens`` (N, T), queries with at least k visible positions only (``fixed_order``: the model's
+    forward without BLAS, :func:`sparse_forward`). Returns (n_layers,)."""
     model = dense_model(model)
     indexers = _indexer_list(indexers, model)
     k = checks.pos_int("k", k)
@@ -376,7 +393,7 @@ def indexer_recall(model, indexers, tokens, k: int) -> np.ndarray:
     rec = np.zeros((len(toks), model.cfg.n_layers))
     oracle, mine = oracle_selector(k), indexer_selector(indexers, k)
     for n, row in enumerate(toks):
-        for i, c in enumerate(layer_attention(model, row)):
+        for i, c in enumerate(layer_attention(model, row, fixed_order)):
             t0 = k - 1                                          # queries that see at least k positions
             rec[n, i] = topk_recall(mine(i, c["x"], c["probs"])[t0:, 0], oracle(i, c["x"], c["probs"])[t0:, 0])
     return rec.mean(axis=0)
@@ -450,13 +467,15 @@ def rope_ablation(model, train_tokens, eval_tokens, steps: int = 120, lr: float 
     """The same dense warm-up twice from the same seed, with partial RoPE on ``rope_dims`` of the indexer's dims and
     with none (content only, ``ReLU(q · k)``): {"kl rope", "kl no rope": (n_layers,) the per-query training KL, mean
     of the last 10 steps; "recall rope", "recall no rope": (n_layers,) recall@k on ``eval_tokens``
-    (:func:`indexer_recall`)}."""
+    (:func:`indexer_recall`)}. The model's forward runs without BLAS (``fixed_order``): the content-only training is
+    chaotic enough that BLAS's last bits, which differ with the CPU and the thread count, changed its printed KL
+    and recall in the second digit."""
     steps = checks.pos_int("steps", steps)
     out = {}
     for name, rd in (("rope", checks.pos_int("rope_dims", rope_dims)), ("no rope", 0)):
-        ixs, log = train_layer_indexers(model, train_tokens, steps=steps, lr=lr, rope_dims=rd)
+        ixs, log = train_layer_indexers(model, train_tokens, steps=steps, lr=lr, rope_dims=rd, fixed_order=True)
         out[f"kl {name}"] = log["loss"][-10:].mean(axis=0)
-        out[f"recall {name}"] = indexer_recall(model, ixs, eval_tokens, k)
+        out[f"recall {name}"] = indexer_recall(model, ixs, eval_tokens, k, fixed_order=True)
     return out
 
 

@@ -15,7 +15,9 @@
 #   notebooks    every notebook under the Triton backend, strict nbval, one notebook per process (wheels: .whl-nb/)
 #   retrain      every trained family's ensemble retrained and compared (tests/test_gpu_training_repro.py: MQAR
 #                and retrieval9, about 8 minutes each on an H200, SHARD=1/3 and 2/3, one call each; the 4-layer
-#                retrieval experiment, stored from an H100, SHARD=3/3 on an H100, about 3 minutes)
+#                retrieval experiment, stored from an H100, SHARD=3/3 on an H100, about 3 minutes). A part whose
+#                checkpoints came from another GPU model skips; HYBRID_LAB_REPRO_OTHER_GPU=1 runs it anyway (an
+#                observation: the H200 parts were bit-identical on an H100 on 2026-12-06)
 #   bench        gpu_track.bench for the comma-separated sections in SECTIONS (default ssd_chunked,selective_scan), with
 #                fla-core from .whl/ and mamba-ssm's source under .devrun/peers/; merge the JSON afterwards with
 #                benchmarks/merge_bench.py

@@ -548,6 +548,8 @@ same(f"{C}.checks.finite_number", dict(name=Fixed("x"), value=Real(1.5, signed=T
 same(f"{C}.checks.positive_number", dict(name=Fixed("x"), value=Real(1.5)))
 same(f"{C}.checks.nonneg_number", dict(name=Fixed("x"), value=Real(1.5)))
 allow(f"{C}.checks.nonneg_number", "value", "zero", "0 is a valid non-negative number")
+same(f"{C}.checks.flag", dict(name=Fixed("x"), value=Custom(True, bad={"int": 1, "float": 1.0, "string": "yes",
+                                                                     "none": None})))
 TABLE[f"{C}.checks.array"] = Entry(lambda r: dict(name=Fixed("x"), a=N(r, 2, 3), ndim=Fixed(2)), defaults=False)
 allow(f"{C}.checks.array", "a", ["nan", "+inf", "-inf", "wrong_length"],
       "array() checks rank and dtype only (finite_array checks values, callers check sizes)")

@@ -12,7 +12,7 @@ import numpy as np
 __all__ = [
     "pos_int", "nonneg_int", "int_in", "finite_number", "positive_number", "nonneg_number", "array", "finite_array",
     "int_array", "prob_rows", "heads", "tokens", "query_positions", "number_in", "index_sets", "qkv", "output_size",
-    "no_repeats", "MAX_ELEMENTS", "compute_dtype",
+    "no_repeats", "MAX_ELEMENTS", "compute_dtype", "flag",
 ]
 
 MAX_ELEMENTS = 2 ** 40

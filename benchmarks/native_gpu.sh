@@ -76,7 +76,7 @@ case $group in
     for nb in solutions/[0-9]*.ipynb; do
       HYBRID_LAB_BACKEND=triton "${PYTEST[@]}" --nbval --nbval-sanitize-with nbval_sanitize.cfg --nbval-current-env \
         "$nb" >> "$out/notebooks.log" 2>&1 || rc=1
-      echo "$nb: $(tail -n 1 "$out/notebooks.log")" >> "$out/notebooks_summary.txt"
+      echo "$nb: $(tail -n 1 "$out/notebooks.log")" >> "$out/notebooks_each.txt"   # (notebooks_summary.txt: the group's line)
     done
     (exit $rc) ;;
   retrain)

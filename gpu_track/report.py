@@ -19,6 +19,7 @@ KERNELS = ("sparse_attention", "lightning_indexer", "fa_decode_topk", "selective
 RESULTS = Path(__file__).resolve().parent / "results" / "h200.json"
 SASS = Path(__file__).resolve().parent / "results" / "sass_scan.json"     # python -m gpu_track.sass --json
 SASS_SSD = Path(__file__).resolve().parent / "results" / "sass_ssd.json"  # python -m gpu_track.targets --sass-ssd
+CHAINED = Path(__file__).resolve().parent / "results" / "ssd_chained_h200.json"  # benchmarks/ssd_chained_probe.py
 
 # The targets: (kernel, phase, kind, threshold, arg).
 #   "frac_bw": the best row's frac_bw >= threshold (arg: None, or a shape dict the row must match);
@@ -316,6 +317,36 @@ def ssd_sass_lines(res, table: dict | None = None) -> list:
     for k in kernels:
         lines.append(f"  {k['kernel']}: {k['registers']} registers, {k['instructions']:,} instructions, "
                      f"{k['local_loads']:,} local-memory loads (spills)")
+    return lines
+
+
+def ssd_chained_lines(probe: dict | None = None) -> list:
+    """The one-launch (chained) SSD form against the two-pass form and mamba, from one probe run
+    (``benchmarks/ssd_chained_probe.py``; default gpu_track/results/ssd_chained_h200.json): per shape the fastest
+    chained config, the two-pass config the bench picks and mamba's faster chunk size, all timed in that run; then
+    its checks. [] without a probe file."""
+    probe = load_sass(CHAINED) if probe is None else probe
+    if not probe.get("rows"):
+        return []
+    lines = [f"one launch, chunk states handed on through L2 (ssd_chunked(chained=True)), {probe['gpu']}, "
+             f"{probe.get('date', '?')}, one run:"]
+    for r in probe["rows"]:
+        ms = r["ms"]
+        chained = {k: v for k, v in ms.items() if "chained=True" in k}
+        two = {k: v for k, v in ms.items() if "two_pass=True" in k}
+        peer = {k: v for k, v in ms.items() if k.startswith("mamba")}
+        if not (chained and two and peer):
+            continue
+        c, t, p = (min(d, key=d.get) for d in (chained, two, peer))
+        hg = c.split("heads_per_program=")[-1] if "heads_per_program=" in c else "1"
+        lines.append(f"  Bt={r['Bt']} L={r['L'] // 1024}K: chained {chained[c]:.3f} ms (chunk "
+                     f"{c.split('chunk=')[1].split(',')[0]}, {hg} head(s) a program), two-pass {two[t]:.3f} ms, "
+                     f"{p} {peer[p]:.3f} ms: chained {peer[p] / chained[c]:.2f}x mamba, "
+                     f"{two[t] / chained[c]:.2f}x the two-pass form")
+    if "ragged_max_rel" in probe:
+        lines.append(f"  checks: ragged shapes against the single pass, fp32 {probe['ragged_max_rel']:.1e}, bf16 "
+                     f"{probe['ragged_max_rel_bf16']:.1e} relative; 20 repeats bit-identical: "
+                     f"{probe.get('repeat_bitwise_equal_20')}")
     return lines
 
 

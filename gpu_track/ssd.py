@@ -15,7 +15,12 @@ end, Σ_{s<r<Q} Δ_r·A_h: a reverse running sum of Δ·A shifted by one step (`
 ``two_pass=True`` is the parallel form (as in Mamba-2's own kernels): every chunk's own end state S_j from a zero
 start (all chunks at once), then the only sequential part, h_end_j = exp(c_Q,j) h_end_{j-1} + S_j, elementwise over
 the P·N state entries with a prefix scan over tiles of chunks (thousands of programs), then every chunk's output
-from the previous chunk's end state (all chunks at once). Offsets are int64 (sizes checked before launch), and
+from the previous chunk's end state (all chunks at once). ``chained=True`` is one launch (``_ssd_chained_kernel``):
+each (chunk, head) program computes its intra-chunk output and its own chunk state, then takes the previous
+chunk's end state from a small ring in L2, guarded by a flag, and passes its own on; the chunk states never go
+to HBM and the carried state stays in fp32. It is correct and bit-reproducible (benchmarks/ssd_chained_probe.py)
+but not faster than the two-pass form on an H200 (``gpu_track/results/ssd_chained_h200.json``): it is bound by
+latency and issue, not bytes, so the bench does not offer it. Offsets are int64 (sizes checked before launch), and
 every dot tile is >= ``common.DOT_MIN`` natively: the old two-pass kernels used 32-wide tiles, which Triton 3.6
 miscompiles on Hopper in kernels with several dots (out-of-bounds shared-memory reads).
 """
@@ -256,13 +261,108 @@ def _ssd_out_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, states_ptr, h0_pt
         tl.store(y_ptr + xb + xm, y.to(y_ptr.dtype.element_ty), mask=mask_t[:, None] & (mask_p & okp)[None, :])
 
 
+@triton.jit
+def _ssd_chained_kernel(x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, y_ptr, h_last_ptr, ring_ptr, sync_ptr,
+                        L, H, P, N, n_chunks, n_pb, HAS_D: tl.constexpr, HAS_H0: tl.constexpr, Q: tl.constexpr,
+                        HEADS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr):
+    """The chained form, one launch: every (sequence, chunk, group of HEADS heads, P block) is a program, and a
+    chunk hands each head's end state to the next chunk through L2, where the two-pass form writes every chunk's
+    state to HBM and reads it back twice.
+
+    Per head, a program first does what needs no carried state (the intra-chunk output ((C Bᵀ) ⊙ L)(Δx) and its own
+    chunk state S_j from a zero start), then waits for chunk j-1 of that head's (sequence, head, P block) chain,
+    forms h_end_j = exp(c_Q) h_end_{j-1} + S_j, passes it on, and adds exp(c) ⊙ (C h_end_{j-1}ᵀ) to its output:
+    only the hand-off is sequential. B, C and C Bᵀ are shared by the group's heads (loaded and computed once).
+    Programs take their tile from a ticket counter (``sync[0]``), not from their program id: tickets go out in the
+    order programs start, and a program waits only for smaller tickets, so whatever order the GPU schedules programs
+    in, the one it waits for is already running (no deadlock). The hand-off goes through a ring of two (N, P) slots
+    per chain (``ring``; chunk j writes slot j mod 2 only after chunk j-1, which read that slot's last value, has
+    raised its flag); each chain's flag ``sync[1 + chain]`` counts the chunks whose end state is in place
+    (release / acquire at GPU scope). The ring is in the accumulator's dtype: the carried state is never rounded
+    to bf16. States are held transposed (N, P), so every dot takes its operands as loaded (no tl.trans)."""
+    n_groups = tl.cdiv(H, HEADS)
+    t = tl.atomic_add(sync_ptr, 1, sem="relaxed")          # ((b·n_chunks + j)·n_groups + g)·n_pb + pb
+    pb = t % n_pb
+    r = t // n_pb
+    g = r % n_groups
+    r = r // n_groups
+    j = r % n_chunks
+    b = r // n_chunks
+    offs_p = pb * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_p, mask_n = offs_p < P, offs_n < N
+    ar = tl.arange(0, Q)
+    offs_t = j * Q + ar
+    mask_t = offs_t < L
+    row = b.to(tl.int64) * L + offs_t
+    tok0 = b.to(tl.int64) * L + j * Q                      # int64 tile bases, int32 offsets in them (as kernel 3)
+    C_tile = tl.load(C_ptr + tok0 * N + (ar[:, None] * N + offs_n[None, :]), mask=mask_t[:, None] & mask_n[None, :],
+                     other=0.0)                                                     # (Q, BN)
+    B_t = tl.load(B_ptr + tok0 * N + (ar[None, :] * N + offs_n[:, None]), mask=mask_n[:, None] & mask_t[None, :],
+                  other=0.0)                                                        # (BN, Q) = Bᵀ
+    cb = tl.dot(C_tile, B_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE).to(x_ptr.dtype.element_ty)
+    causal = ar[:, None] >= ar[None, :]
+    ring_n = offs_n[:, None] * BLOCK_P + (offs_p - pb * BLOCK_P)[None, :]          # a slot is (BN, BP), dense
+    mask_np = mask_n[:, None] & mask_p[None, :]
+    for hh in range(HEADS):
+        head = g * HEADS + hh
+        if head < H:                                        # the last group may be partial
+            chain = (b * H + head) * n_pb + pb
+            a_h = tl.load(A_ptr + head).to(ACC_DTYPE)
+            dt = tl.load(dt_ptr + row * H + head, mask=mask_t, other=0.0).to(ACC_DTYPE)          # 0 past L
+            dt_next = tl.load(dt_ptr + (row + 1) * H + head, mask=(ar < Q - 1) & (offs_t + 1 < L),
+                              other=0.0).to(ACC_DTYPE)
+            a = dt * a_h
+            xm = ar[:, None] * (H * P) + offs_p[None, :]
+            xb = (tok0 * H + head) * P
+            mask_x = mask_t[:, None] & mask_p[None, :]
+            x = tl.load(x_ptr + xb + xm, mask=mask_x, other=0.0)                   # (Q, BP)
+            # this chunk's own end state from a zero start, Sᵀ = Bᵀ (Δx ⊙ exp(decay to the chunk's end)): (BN, BP)
+            w = x.to(ACC_DTYPE) * (dt * tl.exp(_tail_sums(dt_next * a_h)))[:, None]
+            s_t = tl.dot(B_t, w.to(x.dtype), input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+            # the intra-chunk output, while the previous chunk may still be at work
+            decay = tl.where(causal, tl.exp(_segment_sums(a, ar)), 0.0)
+            u = (x.to(ACC_DTYPE) * dt[:, None]).to(x.dtype)
+            y = tl.dot((cb.to(ACC_DTYPE) * decay).to(x.dtype), u, input_precision=DOT_PRECISION,
+                       out_dtype=ACC_DTYPE)
+            # the hand-off: chunk j-1's end state (h0 or zero before the first chunk)
+            flag = sync_ptr + 1 + chain
+            bh = b.to(tl.int64) * H + head
+            if j > 0:
+                seen = tl.atomic_add(flag, 0, sem="acquire")
+                while seen < j:
+                    seen = tl.atomic_add(flag, 0, sem="acquire")
+                h_t = tl.load(ring_ptr + (chain.to(tl.int64) * 2 + (j - 1) % 2) * (BLOCK_N * BLOCK_P) + ring_n,
+                              cache_modifier=".cg")
+            elif HAS_H0:
+                h_t = tl.load(h0_ptr + (bh * P + offs_p)[None, :] * N + offs_n[:, None], mask=mask_np,
+                              other=0.0).to(ACC_DTYPE)
+            else:
+                h_t = tl.zeros([BLOCK_N, BLOCK_P], ACC_DTYPE)
+            h_end = tl.exp(tl.sum(a, 0)) * h_t + s_t
+            if j < n_chunks - 1:
+                tl.store(ring_ptr + (chain.to(tl.int64) * 2 + j % 2) * (BLOCK_N * BLOCK_P) + ring_n, h_end)
+                tl.debug_barrier()                          # every thread's part stored before the flag says so
+                tl.atomic_xchg(flag, j + 1, sem="release")
+            else:
+                tl.store(h_last_ptr + (bh * P + offs_p)[None, :] * N + offs_n[:, None],
+                         h_end.to(h_last_ptr.dtype.element_ty), mask=mask_np)
+            # the carried state's part, after the hand-off (off the chain's critical path)
+            y += tl.exp(tl.cumsum(a, 0))[:, None] * tl.dot(C_tile, h_t.to(x.dtype), input_precision=DOT_PRECISION,
+                                                           out_dtype=ACC_DTYPE)
+            if HAS_D:
+                y += tl.load(D_ptr + head).to(ACC_DTYPE) * x.to(ACC_DTYPE)
+            tl.store(y_ptr + xb + xm, y.to(y_ptr.dtype.element_ty), mask=mask_x)
+
+
 # public: gpu_track.targets compiles them ahead of time for each student GPU
 KERNELS = {"single": _ssd_kernel, "chunk_state": _ssd_chunk_state_kernel, "state_pass": _ssd_state_pass_kernel,
-           "out": _ssd_out_kernel}
+           "out": _ssd_out_kernel, "chained": _ssd_chained_kernel}
 
 
 def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block=512, pass_chunks=8,
-                   heads_per_program=8):
+                   heads_per_program=8, chained=False):
     """The torch wrapper's contract (shapes, dtypes, devices, launch limits); ValueError naming the argument."""
     check_tensor("x", x, (None,) * 4, doc="(Bt, L, H, P)")
     Bt, L, H, P = x.shape
@@ -279,6 +379,16 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
     check(int(chunk) <= TILE_MAX, f"chunk must be <= {TILE_MAX} (Triton's largest block), got {chunk}")
     check_tile("block_p", block_p)
     check_index_space("L", L + pow2(chunk), "one sequence's time axis")       # offs_t = j·Q + arange(Q) is int32
+    check(isinstance(chained, bool), f"chained must be a bool, got {chained!r}")
+    check(not (chained and two_pass), "chained and two_pass are two forms: ask for one, got both True")
+    if chained:
+        q = max(DOT_MIN, pow2(chunk))
+        check_index_space("x", q * H * P, "one chunk's rows of x (Q·H·P)")
+        check_index_space("B", q * N, "one chunk's rows of B and C (Q·N)")
+        n_chunks = triton.cdiv(L, q)
+        check_int("heads_per_program", heads_per_program, 1)
+        n_groups = triton.cdiv(H, min(heads_per_program, H)) if H else 0
+        check_grid("x", (Bt * n_chunks * n_groups * triton.cdiv(P, max(DOT_MIN, min(block_p, pow2(P)))), 1, 1))
     if two_pass:
         check_tile("block_n_states", block_n_states)
         check_tile("pass_block", pass_block)
@@ -299,7 +409,8 @@ def check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_stat
 @on_tensor_cores("x", "dt", "B", "C")
 def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int = 64, num_warps: int = 4,
                 out_dtype=None, num_stages: int = 2, two_pass: bool = False, block_n_states: int = 64,
-                states_dtype=None, pass_block: int = 512, pass_chunks: int = 8, heads_per_program: int = 8):
+                states_dtype=None, pass_block: int = 512, pass_chunks: int = 8, heads_per_program: int = 8,
+                chained: bool = False):
     """x: (Bt, L, H, P); dt: (Bt, L, H); A: (H,); B, C: (Bt, L, N); D: (H,); h0: (Bt, H, P, N).
 
     Returns (y: (Bt, L, H, P), h_last: (Bt, H, P, N) float32/float64). y is float32 (float64 when x, B or C is
@@ -318,11 +429,16 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
     one chunk: B and C are shared by all heads, so their tiles (and C Bᵀ in (3)) are loaded/computed once per
     program instead of once per head.
 
+    ``chained=True``: one launch, one program per (sequence, chunk, ``heads_per_program`` heads, P block); a
+    chunk's end state reaches the next chunk through L2 (a ring of two fp32 slots per (sequence, head, P block)
+    and a flag), programs taking tiles from a ticket counter so that the one waited for has always started. Not
+    with ``two_pass``. Measured on an H200 against the two-pass form: module docstring.
+
     Natively, every dot dimension (chunk, block_p, N blocks) is at least ``common.DOT_MIN`` = 64 (smaller tiles are
     raised to it): Triton 3.6 on Hopper miscompiles 16/32-wide tiles in kernels with several dots.
     """
     check_ssd_args(x, dt, A, B, C, D, h0, chunk, block_p, two_pass, block_n_states, pass_block, pass_chunks,
-                   heads_per_program)
+                   heads_per_program, chained)
     chunk, block_p, block_n_states = int(chunk), int(block_p), int(block_n_states)
     pass_block, pass_chunks, heads_per_program = int(pass_block), int(pass_chunks), int(heads_per_program)
     Bt, L, H, P = x.shape
@@ -340,6 +456,16 @@ def ssd_chunked(x, dt, A, B, C, D=None, h0=None, chunk: int = 64, block_p: int =
     meta = dict(Q=Q, ACC_DTYPE=acc_dtype(acc), DOT_PRECISION=dot_precision(op), num_warps=num_warps,
                 num_stages=num_stages)
     dummy = h_last
+    if chained:
+        n_chunks, n_pb, bn = triton.cdiv(L, Q), triton.cdiv(P, block_p), pow2(N, DOT_MIN)
+        hg = min(heads_per_program, H)
+        ring = alloc((Bt * H * n_pb, 2, bn, block_p), acc, x.device)
+        sync = torch.zeros(1 + Bt * H * n_pb, dtype=torch.int32, device=x.device)   # ticket, then one flag a chain
+        _ssd_chained_kernel[(Bt * n_chunks * triton.cdiv(H, hg) * n_pb,)](
+            x, dt, A, B, C, D.contiguous() if D is not None else dummy, h0.contiguous() if h0 is not None else dummy,
+            y, h_last, ring, sync, L, H, P, N, n_chunks, n_pb, HAS_D=D is not None, HAS_H0=h0 is not None,
+            HEADS=hg, BLOCK_P=block_p, BLOCK_N=bn, **meta)
+        return y, h_last
     if two_pass:
         n_chunks = triton.cdiv(L, Q)
         states = alloc((Bt * H, n_chunks, P, N), states_dtype or acc, x.device)

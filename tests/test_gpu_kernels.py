@@ -394,6 +394,39 @@ def test_ssd_parallel_heads_per_program(heads_per_program):
     assert rel_err(y, ry) < 1e-10 and rel_err(h, rh) < 1e-10
 
 
+@pytest.mark.parametrize("case", SSD_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ssd_chained_matches_twin(case, dtype):
+    """The one-launch form (chunk states handed on through L2, fp32 carried state) equals the twin."""
+    Bt, L, H, P, N, chunk, with_D, with_h0 = case
+    rng = np.random.default_rng(8)
+    args = (rng.standard_normal((Bt, L, H, P)), np.log1p(np.exp(rng.standard_normal((Bt, L, H)))),
+            -np.exp(rng.standard_normal(H)), rng.standard_normal((Bt, L, N)), rng.standard_normal((Bt, L, N)),
+            rng.standard_normal(H) if with_D else None, rng.standard_normal((Bt, H, P, N)) if with_h0 else None)
+    y, h = ssd.ssd_chunked(*[None if a is None else as_t(a, dtype) for a in args], chunk=chunk, chained=True)
+    ry, rh = ssm.ssd_scan(*[None if a is None else rounded(a, dtype) for a in args])
+    tol = TOL[dtype] * (5 if dtype in (torch.float64, torch.float32) else 3)
+    assert rel_err(y, ry) < tol and rel_err(h, rh) < tol
+
+
+@pytest.mark.parametrize("heads_per_program", [1, 2, 3, 8])
+def test_ssd_chained_many_chunks_and_head_groups(heads_per_program):
+    """Ten chunks (each ring slot of a chain reused five times), H = 5 heads in groups of 1, 2, 3 (a partial last
+    group, whose missing heads must touch no chain) and 8 > H, two P blocks, with h0 and D: equals the twin and
+    the two-pass form (float64)."""
+    Bt, L, H, P, N = 2, 150, 5, 20, 12
+    rng = np.random.default_rng(23)
+    args = (rng.standard_normal((Bt, L, H, P)), np.log1p(np.exp(rng.standard_normal((Bt, L, H)))),
+            -np.exp(rng.standard_normal(H)), rng.standard_normal((Bt, L, N)), rng.standard_normal((Bt, L, N)),
+            rng.standard_normal(H), rng.standard_normal((Bt, H, P, N)))
+    t = [as_t(a, torch.float64) for a in args]
+    y, h = ssd.ssd_chunked(*t, chunk=16, block_p=16, chained=True, heads_per_program=heads_per_program)
+    ry, rh = ssm.ssd_scan(*args)
+    assert rel_err(y, ry) < 1e-10 and rel_err(h, rh) < 1e-10
+    y2, h2 = ssd.ssd_chunked(*t, chunk=16, block_p=16, two_pass=True)
+    assert rel_err(y, y2.cpu().numpy()) < 1e-12 and rel_err(h, h2.cpu().numpy()) < 1e-12
+
+
 @pytest.mark.skipif(not ON_GPU, reason="the issue-17 shapes need a GPU")
 @pytest.mark.parametrize("Bt, L", [(4, 8192), (1, 1000)])
 def test_ssd_parallel_bf16_large_n_agrees_with_single_pass(Bt, L):
@@ -648,6 +681,10 @@ def _ssd_bad_cases():
         "heads_per_program": (lambda: sd(x, dt, A, B, C, two_pass=True, heads_per_program=0),
                               "heads_per_program must be an integer >= 1"),
         "chunk": (lambda: sd(x, dt, A, B, C, chunk=0), "chunk must be an integer >= 1"),
+        "chained not a bool": (lambda: sd(x, dt, A, B, C, chained=1), "chained must be a bool"),
+        "two forms": (lambda: sd(x, dt, A, B, C, chained=True, two_pass=True), "chained and two_pass are two forms"),
+        "chained heads_per_program": (lambda: sd(x, dt, A, B, C, chained=True, heads_per_program=0),
+                                      "heads_per_program must be an integer >= 1"),
     }
 
 

@@ -173,3 +173,22 @@ def test_ssd_sass_lines_read_the_picked_config_from_the_table():
 def test_ssd_config_order_is_the_benchs():
     from gpu_track import bench
     assert report.SSD_CONFIG_ORDER == bench.SSD_CONFIG_KEYS
+
+
+def test_ssd_chained_lines_compare_the_fastest_of_each_form_in_one_run():
+    probe = {"gpu": "G", "date": "d", "ragged_max_rel": 1e-7, "ragged_max_rel_bf16": 2e-3,
+             "repeat_bitwise_equal_20": True,
+             "rows": [{"Bt": 2, "L": 8192, "ms": {
+                 "chunk=64,num_warps=4,chained=True,heads_per_program=4": 1.0,
+                 "chunk=128,num_warps=8,chained=True,heads_per_program=1": 1.2,
+                 "chunk=64,num_warps=4,two_pass=True,heads_per_program=8": 1.5,
+                 "mamba cs128": 3.0, "mamba cs256": 2.0}},
+                 {"Bt": 1, "L": 4096, "ms": {"mamba cs256": 1.0}}]}      # no form of ours timed: skipped
+    lines = report.ssd_chained_lines(probe)
+    assert lines[0].startswith("one launch") and "G, d" in lines[0]
+    assert lines[1] == ("  Bt=2 L=8K: chained 1.000 ms (chunk 64, 4 head(s) a program), two-pass 1.500 ms, "
+                        "mamba cs256 2.000 ms: chained 2.00x mamba, 1.50x the two-pass form")
+    assert len(lines) == 3 and lines[2].startswith("  checks: ragged") and "True" in lines[2]
+    assert report.ssd_chained_lines({"rows": []}) == []
+    stored = report.ssd_chained_lines()        # the stored H200 probe: five shapes, its checks
+    assert len(stored) == 7 and "H200" in stored[0]

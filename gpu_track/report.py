@@ -325,7 +325,7 @@ def ssd_chained_lines(probe: dict | None = None) -> list:
     (``benchmarks/ssd_chained_probe.py``; default gpu_track/results/ssd_chained_h200.json): per shape the fastest
     chained config, the two-pass config the bench picks and mamba's faster chunk size, all timed in that run; then
     its checks. [] without a probe file."""
-    probe = load_sass(CHAINED) if probe is None else probe
+    probe = _load_json(CHAINED) if probe is None else probe
     if not probe.get("rows"):
         return []
     lines = [f"one launch, chunk states handed on through L2 (ssd_chunked(chained=True)), {probe['gpu']}, "
@@ -350,10 +350,14 @@ def ssd_chained_lines(probe: dict | None = None) -> list:
     return lines
 
 
+def _load_json(path: Path) -> dict:
+    """A stored results file, {} when absent."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def load_sass(path=None) -> dict:
     """The stored SASS instruction table (gpu_track/results/sass_scan.json), {} when absent."""
-    p = Path(path) if path is not None else SASS
-    return json.loads(p.read_text()) if p.exists() else {}
+    return _load_json(Path(path) if path is not None else SASS)
 
 
 def scan_bytes(Bt: int, L: int, Dm: int, N: int, fused: bool = True, in_bytes: int = 2, out_bytes: int = 2,

@@ -2,9 +2,11 @@
 (the per-seed JSON without its timing and command fields), and the experiment's entry in results.json. A seed whose
 weights were not kept (store.KEEP_WEIGHTS) is compared by the SHA-256 of its weights, which its meta holds.
 
-    PYTHONPATH=. python3 benchmarks/compare_checkpoints.py NEW_OUT EXPERIMENT [--models m1 m2 ...]
+    PYTHONPATH=. python3 benchmarks/compare_checkpoints.py NEW_OUT EXPERIMENT [--models m1 m2 ...] [--against DIR]
 
-NEW_OUT is the --out folder of `hybrid-lab train EXPERIMENT ... --out NEW_OUT`. Exits 1 unless everything matches.
+NEW_OUT is the --out folder of `hybrid-lab train EXPERIMENT ... --out NEW_OUT`; --against compares it with another
+such folder instead of the stored checkpoints (two runs on one machine). The GPU each side ran on is reported on its
+own line, not compared: bit-identity across GPU models is what such a run observes. Exits 1 unless everything matches.
 """
 import argparse, json, sys
 from pathlib import Path
@@ -19,7 +21,7 @@ def _stable(d):
     """The recorded numbers: without timings, the command and the code version (compared on their own line)."""
     out = {k: v for k, v in d.items() if k not in VOLATILE and "second" not in k}
     if isinstance(out.get("versions"), dict):
-        out["versions"] = {k: v for k, v in out["versions"].items() if k != "code_version"}
+        out["versions"] = {k: v for k, v in out["versions"].items() if k not in ("code_version", "device")}
     return out
 
 
@@ -30,7 +32,7 @@ def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
     for model in models or sorted(p.name for p in (new / exp).iterdir() if p.is_dir()):
         seeds = sorted(int(p.stem[4:]) for p in (new / exp / model).glob("seed*.json"))
         w = j = 0
-        codes = set()
+        codes, devices = set(), set()
         for s in seeds:                    # weights bit for bit, by fingerprint where a side kept only its meta
             w += store.fingerprint(new / exp / model / f"seed{s}") == \
                 store.fingerprint(stored / exp / model / f"seed{s}")
@@ -38,18 +40,23 @@ def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
             jb = json.loads((stored / exp / model / f"seed{s}.json").read_text())
             j += _stable(ja) == _stable(jb)
             codes.add((jb.get("versions", {}).get("code_version"), ja.get("versions", {}).get("code_version")))
+            devices.add((jb.get("versions", {}).get("device"), ja.get("versions", {}).get("device")))
         entry = _stable(new_res["models"][model]) == _stable(old_res["models"][model])
         ok &= w == j == len(seeds) > 0 and entry
         lines.append(f"  {model:14s} every weight identical {w}/{len(seeds)} seeds, every recorded number identical "
                      f"{j}/{len(seeds)}, results.json entry identical: {'yes' if entry else 'NO'}; code version "
-                     + ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)" for a, b in sorted(codes, key=str)))
+                     + ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)" for a, b in sorted(codes, key=str))
+                     + "; GPU " + ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)"
+                                            for a, b in sorted(devices, key=str)))
     return lines, ok
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("new"); ap.add_argument("exp"); ap.add_argument("--models", nargs="*")
+    ap.add_argument("--against", type=Path, default=train.CHECKPOINTS,
+                    help="the folder to compare with (default: the stored checkpoints)")
     a = ap.parse_args()
-    lines, ok = compare(Path(a.new), train.CHECKPOINTS, a.exp, a.models)
+    lines, ok = compare(Path(a.new), a.against, a.exp, a.models)
     print("\n".join(lines))
     sys.exit(0 if ok else 1)

@@ -1,6 +1,7 @@
 """The kernels at the shapes and configs ``tests/test_gpu_sanitizer.py`` runs under compute-sanitizer (not a test
 module: run as ``python tests/sanitizer_cases.py GROUP``). Every config the benchmark may pick, exactly its lists:
-SSD (gpu_track.bench.SSD_CANDIDATES, groups ssd_single / ssd_two64 / ssd_two128) and selective scan (SCAN_CANDIDATES) at ragged
+SSD (gpu_track.bench.SSD_CANDIDATES, groups ssd_single / ssd_two64 / ssd_two128; the chained form, not a bench
+candidate, with its probe's configs: ssd_chained) and selective scan (SCAN_CANDIDATES) at ragged
 shapes (no size a multiple of a tile) and at a large Bt·H (H = 80, Bt·H = 1280; and (Bt, L) =
 (4, 8192), where the old two-pass kernel faulted); the lightning indexer's decode configs (INDEXER_CANDIDATES, bf16
 and FP8, with the spans the split sweep uses) and block-sparse attention's prefill and split-K decode configs
@@ -54,6 +55,21 @@ def ssd_group(two_pass, chunks=(64, 128)):
     torch.cuda.synchronize()
     x, dt, A, B, C = ssd_inputs(1, 77, 2, 20, 12, torch.float32)  # fp32 inputs, default tiles, both forms
     ssd.ssd_chunked(x, dt, A, B, C, chunk=16, block_p=16, two_pass=two_pass)
+
+
+def ssd_chained_group():
+    """The one-launch chained form (not a bench candidate): the probe's configs (benchmarks/ssd_chained_probe.py),
+    ragged with a partial last head group, and at Bt·H = 1280, where the ring and flags span the most tiles."""
+    ragged = ssd_inputs(2, 333, 3, 40, 100)
+    big = ssd_inputs(16, 256, 80, 64, 128)
+    D, h0 = rnd(3, dtype=torch.float32), rnd(2, 3, 40, 100)
+    for chunk, nw, hg in [(64, 4, 1), (64, 4, 2), (64, 8, 4), (64, 8, 8), (128, 8, 1), (128, 8, 4)]:
+        kw = dict(chunk=chunk, num_warps=nw, num_stages=2, chained=True, heads_per_program=hg, out_dtype=BF16)
+        ssd.ssd_chunked(*ragged, D, h0, **kw)
+        ssd.ssd_chunked(*big, **kw)
+        torch.cuda.synchronize()
+    x, dt, A, B, C = ssd_inputs(1, 77, 5, 20, 12, torch.float32)  # fp32 inputs, default tiles, heads 5 in groups of 2
+    ssd.ssd_chunked(x, dt, A, B, C, chunk=16, block_p=16, chained=True, heads_per_program=2)
 
 
 def scan_group():
@@ -128,7 +144,7 @@ def block_sparse_group():
 
 
 GROUPS = {"ssd_single": lambda: ssd_group(False), "ssd_two64": lambda: ssd_group(True, (64,)),
-          "ssd_two128": lambda: ssd_group(True, (128,)), "scan": scan_group,
+          "ssd_two128": lambda: ssd_group(True, (128,)), "ssd_chained": ssd_chained_group, "scan": scan_group,
           "attention": attention_group, "indexer": indexer_group, "block_sparse": block_sparse_group}
 
 if __name__ == "__main__":

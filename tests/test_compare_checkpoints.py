@@ -72,3 +72,20 @@ def test_a_seed_without_weights_is_compared_by_its_fingerprint(tmp_path):
     store.save_checkpoint(new / "mqar" / "mamba2" / "seed4", w0, stored)     # seed 0's weights under seed 4
     lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["mamba2"])
     assert not ok and "weight identical 9/10" in lines[0]
+
+
+def test_another_gpu_is_reported_not_failed_and_two_runs_compare_with_each_other(tmp_path):
+    """A run on another GPU model with the same bits passes and names both GPUs; a second run is compared with the
+    first (--against) the same way as with the stored checkpoints."""
+    compare = _compare()
+    new = _copy(tmp_path)
+    p = new / "mqar" / "dense_mha" / "seed2.json"
+    meta = json.loads(p.read_text())
+    old = meta["versions"]["device"]
+    meta["versions"]["device"] = "Some Other GPU"
+    p.write_text(json.dumps(meta))
+    lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["dense_mha"])
+    assert ok and f"GPU {old} (same), {old} -> Some Other GPU" in lines[0]
+    second = _copy(tmp_path / "b")
+    lines, ok = compare(second, new, "mqar", ["dense_mha"])
+    assert ok and "10/10" in lines[0] and f"Some Other GPU -> {old}" in lines[0]

@@ -24,7 +24,8 @@ ROOT = os.path.dirname(HERE)
 SANITIZER = shutil.which("compute-sanitizer")
 needs = pytest.mark.skipif(not (torch.cuda.is_available() and SANITIZER), reason="needs a CUDA GPU and compute-sanitizer")
 
-GROUPS = ["ssd_single", "ssd_two64", "ssd_two128", "scan", "attention", "indexer", "block_sparse"]  # sanitizer_cases
+# the groups of tests/sanitizer_cases.py, in its order
+GROUPS = ["ssd_single", "ssd_two64", "ssd_two128", "ssd_chained", "scan", "attention", "indexer", "block_sparse"]
 
 
 @needs

@@ -25,6 +25,11 @@ def _stable(d):
     return out
 
 
+def _pairs(pairs) -> str:
+    """(stored, new) pairs as 'a (same)' or 'a -> b'."""
+    return ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)" for a, b in sorted(pairs, key=str))
+
+
 def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
     lines, ok = [], True
     new_res = json.loads((new / "results.json").read_text())[exp]
@@ -45,9 +50,7 @@ def compare(new: Path, stored: Path, exp: str, models=None) -> list[str]:
         ok &= w == j == len(seeds) > 0 and entry
         lines.append(f"  {model:14s} every weight identical {w}/{len(seeds)} seeds, every recorded number identical "
                      f"{j}/{len(seeds)}, results.json entry identical: {'yes' if entry else 'NO'}; code version "
-                     + ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)" for a, b in sorted(codes, key=str))
-                     + "; GPU " + ", ".join(f"{a} -> {b}" if a != b else f"{a} (same)"
-                                            for a, b in sorted(devices, key=str)))
+                     + _pairs(codes) + "; GPU " + _pairs(devices))
     return lines, ok
 
 

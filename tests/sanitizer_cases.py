@@ -1,7 +1,7 @@
 """The kernels at the shapes and configs ``tests/test_gpu_sanitizer.py`` runs under compute-sanitizer (not a test
 module: run as ``python tests/sanitizer_cases.py GROUP``). Every config the benchmark may pick, exactly its lists:
 SSD (gpu_track.bench.SSD_CANDIDATES, groups ssd_single / ssd_two64 / ssd_two128; the chained form, not a bench
-candidate, with its probe's configs: ssd_chained) and selective scan (SCAN_CANDIDATES) at ragged
+candidate, with six of its probe's ten configs: ssd_chained) and selective scan (SCAN_CANDIDATES) at ragged
 shapes (no size a multiple of a tile) and at a large Bt·H (H = 80, Bt·H = 1280; and (Bt, L) =
 (4, 8192), where the old two-pass kernel faulted); the lightning indexer's decode configs (INDEXER_CANDIDATES, bf16
 and FP8, with the spans the split sweep uses) and block-sparse attention's prefill and split-K decode configs
@@ -58,8 +58,9 @@ def ssd_group(two_pass, chunks=(64, 128)):
 
 
 def ssd_chained_group():
-    """The one-launch chained form (not a bench candidate): the probe's configs (benchmarks/ssd_chained_probe.py),
-    ragged with a partial last head group, and at Bt·H = 1280, where the ring and flags span the most tiles."""
+    """The one-launch chained form (not a bench candidate): six of the ten configs of benchmarks/ssd_chained_probe.py
+    (both chunk sizes, both warp counts, every head-group size), ragged with a partial last head group, and at
+    Bt·H = 1280, where the ring and flags span the most tiles."""
     ragged = ssd_inputs(2, 333, 3, 40, 100)
     big = ssd_inputs(16, 256, 80, 64, 128)
     D, h0 = rnd(3, dtype=torch.float32), rnd(2, 3, 40, 100)

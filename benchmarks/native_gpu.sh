@@ -9,6 +9,7 @@
 #                                                      once. DRY=1 prints the part's test ids and runs nothing.
 #
 #   kernels      the native kernel tests against their numpy twins          (264 passed, 500 s on 2026-12-02)
+#                (283 since the chained form: both SHARDs at once, 172 s on an H100 on 2026-12-06)
 #   kernels_a100 the same, forced to the A100's config set and dtype policy (HYBRID_LAB_GPU_TARGET=A100: sm_80
 #                configs, no FP8; 161 of 264 in 370 s on an H100, so SHARD=1/2 and 2/2 there)
 #   sanitizer    the compute-sanitizer memcheck groups (9 since ssd_chained)   (8 passed, 283 s on 2026-12-02)

@@ -18,8 +18,9 @@ VOLATILE = {"command", "tokens_per_s", "train_seconds", "seconds", "wall_s"}
 
 
 def _stable(d):
-    """The recorded numbers: without timings, the command and the code version (compared on their own line)."""
-    out = {k: v for k, v in d.items() if k not in VOLATILE and "second" not in k}
+    """The recorded numbers: without timings, the command, the code version and the GPU (the last two are reported on
+    their own line; "machine" is the GPU's name again, as train.py writes it)."""
+    out = {k: v for k, v in d.items() if k not in VOLATILE and k != "machine" and "second" not in k}
     if isinstance(out.get("versions"), dict):
         out["versions"] = {k: v for k, v in out["versions"].items() if k not in ("code_version", "device")}
     return out

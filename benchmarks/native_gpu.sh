@@ -12,7 +12,8 @@
 #                (283 since the chained form: both SHARDs at once, 172 s on an H100 on 2026-12-06)
 #   kernels_a100 the same, forced to the A100's config set and dtype policy (HYBRID_LAB_GPU_TARGET=A100: sm_80
 #                configs, no FP8; 161 of 264 in 370 s on an H100, so SHARD=1/2 and 2/2 there; 283 passed on an
-#                H100 on 2026-12-06, both SHARDs at once right after `kernels`, 24 s on its warm Triton cache)
+#                H100 on 2026-12-06, both SHARDs at once right after `kernels`, 24 s on its warm Triton cache;
+#                283 passed on an H200 the same night, 19 s)
 #   sanitizer    the compute-sanitizer memcheck groups (9 since ssd_chained)   (8 passed, 283 s on 2026-12-02)
 #   notebooks    every notebook under the Triton backend, strict nbval, one notebook per process (wheels: .whl-nb/)
 #   retrain      every trained family's ensemble retrained and compared (tests/test_gpu_training_repro.py: MQAR

@@ -82,7 +82,8 @@ def test_another_gpu_is_reported_not_failed_and_two_runs_compare_with_each_other
     p = new / "mqar" / "dense_mha" / "seed2.json"
     meta = json.loads(p.read_text())
     old = meta["versions"]["device"]
-    meta["versions"]["device"] = "Some Other GPU"
+    assert meta["machine"] == old                       # train.py writes the GPU's name in both places
+    meta["versions"]["device"] = meta["machine"] = "Some Other GPU"
     p.write_text(json.dumps(meta))
     lines, ok = compare(new, train.CHECKPOINTS, "mqar", ["dense_mha"])
     assert ok and f"GPU {old} (same), {old} -> Some Other GPU" in lines[0]

@@ -11,7 +11,8 @@ together, so one seed alone is another computation. Bit-identity is promised for
 versions as the stored runs (their ``versions`` record): on another machine the test is skipped and says what
 differs. ``HYBRID_LAB_REPRO_OTHER_GPU=1`` runs it on another GPU model all the same (torch and CUDA must still
 match): an observation, not a promise. The H200-trained MQAR and retrieval9 checkpoints came back bit for bit on an
-H100 that way (2026-12-06, ``checkpoints/mqar_retrieval9_rerun_h100.txt``). About 8 minutes each on one H200, 3 on one H100: ``pytest -m gpu tests/test_gpu_training_repro.py``. The CPU side (an ensemble member is a plain AdamW training, two
+H100 that way (2026-12-06, ``checkpoints/mqar_retrieval9_rerun_h100.txt``), and the H100-trained 4-layer retrieval
+checkpoints on an H200 (``checkpoints/retrieval_rerun_h200.txt``). About 8 minutes each on one H200, 3 on one H100: ``pytest -m gpu tests/test_gpu_training_repro.py``. The CPU side (an ensemble member is a plain AdamW training, two
 runs are bit-identical, the code version) is tests/test_trained_ensemble.py.
 """
 import json
